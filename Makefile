@@ -1,0 +1,29 @@
+# The two commands of the README's quick start, and the pieces they call.
+VENV ?= .venv
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup  ## set everything up and run the main job (offline, no keys, no GPU)
+	$(VENV)/bin/dreamgym demo
+
+test: setup  ## set everything up and run every test, the slow end-to-end ones included
+	$(VENV)/bin/python -m pytest
+
+test-fast: setup
+	$(VENV)/bin/python -m pytest -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check dreamgym tests benchmarks
+	$(VENV)/bin/ruff format --check dreamgym tests benchmarks
+	$(VENV)/bin/mypy
+
+bench: setup
+	$(VENV)/bin/python benchmarks/replay_bench.py
+
+clean:
+	rm -rf $(VENV) .cache

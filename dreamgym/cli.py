@@ -1,0 +1,183 @@
+"""``dreamgym``: the command line. Thin: each subcommand parses arguments and calls the library.
+
+Heavy imports (torch, transformers, lmdb) happen inside the commands, so
+``dreamgym --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    from dreamgym.core.errors import DreamgymError
+
+    try:
+        return int(args.run(args) or 0)
+    except DreamgymError as exc:
+        print(f"dreamgym: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("dreamgym: interrupted; every committed record is kept", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dreamgym", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="run the main job offline (today: a tour of what exists)")
+    demo.add_argument("--out", type=Path, default=Path(".cache/demo"), help="where the demo writes its store")
+    demo.add_argument("--embedder", default=None, help="embedder name (default: MiniLM when installed)")
+    demo.set_defaults(run=_run_demo)
+
+    replay = commands.add_parser("replay", help="inspect and move replay stores")
+    sub = replay.add_subparsers(title="replay commands", metavar="ACTION", required=True)
+    stats = sub.add_parser("stats", help="counts, index state and map size of a store")
+    stats.add_argument("path", type=Path)
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(run=_run_stats)
+    export = sub.add_parser("export", help="write a store's records as JSONL")
+    export.add_argument("path", type=Path)
+    export.add_argument("-o", "--output", type=Path, required=True)
+    export.set_defaults(run=_run_export)
+    imp = sub.add_parser("import", help="add the records of a JSONL export to a store (created if missing)")
+    imp.add_argument("path", type=Path)
+    imp.add_argument("input", type=Path)
+    imp.add_argument("--embedder", default=None, help="embedder for a new store (e.g. minilm, hashing-256)")
+    imp.add_argument("--no-index", action="store_true", help="do not wait for embedding before exiting")
+    imp.set_defaults(run=_run_import)
+    reindex = sub.add_parser("reindex", help="drop and rebuild a store's vectors and index")
+    reindex.add_argument("path", type=Path)
+    reindex.add_argument("--embedder", default=None, help="re-embed with this embedder (default: the recorded one)")
+    reindex.set_defaults(run=_run_reindex)
+    return parser
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(show_path=False, rich_tracebacks=False)],
+    )
+    for noisy in ("httpx", "filelock", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _embedder(name: str | None) -> Any:
+    if name is None:
+        return None
+    from dreamgym.replay import MiniLMEmbedder, embedder_from_name
+
+    return MiniLMEmbedder() if name.lower() in ("minilm", "all-minilm-l6-v2") else embedder_from_name(name)
+
+
+def _open_store(path: Path, **kwargs: Any) -> Any:
+    from dreamgym.core.errors import StoreError
+    from dreamgym.replay import LmdbReplayStore
+
+    if kwargs.get("readonly") and not (path / "data.mdb").exists():
+        raise StoreError(f"no store at {path}")
+    return LmdbReplayStore(path, **kwargs)
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    import anyio
+
+    async def go() -> Any:
+        async with _open_store(args.path, readonly=True) as store:
+            return await store.stats()
+
+    stats = anyio.run(go)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(stats)))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"replay store {args.path}", show_header=False)
+    for field in dataclasses.fields(stats):
+        table.add_row(field.name, str(getattr(stats, field.name)))
+    Console().print(table)
+    return 0
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.replay import export_jsonl
+
+    async def go() -> int:
+        async with _open_store(args.path, readonly=True) as store:
+            return await export_jsonl(store, args.output)
+
+    lines = anyio.run(go)
+    print(f"wrote {lines} records to {args.output}")
+    return 0
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.replay import import_jsonl
+
+    async def go() -> dict[str, int]:
+        async with _open_store(args.path, embedder=_embedder(args.embedder)) as store:
+            counts = await import_jsonl(store, args.input)
+            if not args.no_index:
+                await store.flush()
+            return counts
+
+    counts = anyio.run(go)
+    print("imported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()))
+    return 0
+
+
+def _run_reindex(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.replay import StoreConfig
+
+    embedder = _embedder(args.embedder)
+
+    async def go() -> Any:
+        # Open with the recorded embedder; reindex switches to the new one.
+        async with _open_store(args.path, config=StoreConfig(auto_index=False)) as store:
+            await store.reindex(embedder)
+            return await store.stats()
+
+    stats = anyio.run(go)
+    print(f"reindexed {stats.vectors} steps with {stats.embedder} (dim {stats.dim})")
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.demo import run_demo
+
+    return anyio.run(run_demo, args.out, _embedder(args.embedder))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

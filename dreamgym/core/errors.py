@@ -1,0 +1,99 @@
+"""The one exception tree of dreamgym.
+
+Every error dreamgym raises on purpose derives from :class:`DreamgymError`, so
+``except DreamgymError`` catches all of them and nothing else::
+
+    DreamgymError
+    ├── ConfigError                 a setting is wrong; the message says how to fix it
+    ├── RecordFormatError           stored bytes cannot be decoded
+    │   └── SchemaVersionError      a record is newer than this dreamgym understands
+    ├── StateFormatError            text is not in the abstract state format
+    │   └── DiffApplyError          a state diff does not apply to the given state
+    ├── ActionParseError            text is not one action of the action space
+    ├── EnvironmentCheckError       an environment breaks the Environment protocol
+    ├── BackendError                a model, embedder or browser backend failed
+    │   └── EmbedderMismatchError   a store was indexed with another embedder
+    └── StoreError                  the replay store cannot do what was asked
+        ├── StoreClosedError        the store was used after ``aclose()``
+        ├── StoreLockedError        the store is already open in this process
+        └── StoreFullError          the disk (not the map) is full; nothing was lost
+
+A bad *agent* action is never an exception: environments report it as data in
+the next observation's ``last_action_error``.  Third-party exceptions are
+translated at the adapter boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActionParseError",
+    "BackendError",
+    "ConfigError",
+    "DiffApplyError",
+    "DreamgymError",
+    "EmbedderMismatchError",
+    "EnvironmentCheckError",
+    "RecordFormatError",
+    "SchemaVersionError",
+    "StateFormatError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreFullError",
+    "StoreLockedError",
+]
+
+
+class DreamgymError(Exception):
+    """Base class of every error dreamgym raises on purpose."""
+
+
+class ConfigError(DreamgymError, ValueError):
+    """A setting is missing, out of range, or inconsistent with another one."""
+
+
+class RecordFormatError(DreamgymError, ValueError):
+    """Stored bytes are not a record of the expected kind."""
+
+
+class SchemaVersionError(RecordFormatError):
+    """A record carries a schema version this dreamgym does not understand."""
+
+
+class StateFormatError(DreamgymError, ValueError):
+    """Text does not follow the abstract state grammar of ``core.state``."""
+
+
+class DiffApplyError(StateFormatError):
+    """A state diff does not match the state it is applied to."""
+
+
+class ActionParseError(DreamgymError, ValueError):
+    """Text is not exactly one action of ``core.actions``."""
+
+
+class EnvironmentCheckError(DreamgymError):
+    """An environment does not honour the Environment protocol."""
+
+
+class BackendError(DreamgymError):
+    """A backend (model server, embedder, browser) failed to do its work."""
+
+
+class EmbedderMismatchError(BackendError, ConfigError):
+    """A store's index was built by another embedder (or dimension)."""
+
+
+class StoreError(DreamgymError):
+    """The replay store cannot perform the requested operation."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after it was closed."""
+
+
+class StoreLockedError(StoreError):
+    """The store's LMDB environment is already open in this process."""
+
+
+class StoreFullError(StoreError):
+    """The disk holding the store is full; the failed write committed nothing."""

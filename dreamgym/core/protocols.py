@@ -1,0 +1,183 @@
+"""The seams between dreamgym's parts, as ``typing.Protocol``\\ s.
+
+The browser environment and the simulated environment are two
+implementations of one :class:`Environment`; the runtime, the agents and the
+trainer never know which one they hold except through ``source``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from dreamgym.core.types import Action, Episode, Observation, PolicyTokens, Source, Step, Task
+
+__all__ = [
+    "Embedder",
+    "Environment",
+    "ExperienceModel",
+    "ExperienceQuery",
+    "Neighbour",
+    "Policy",
+    "PolicyDecision",
+    "Prediction",
+    "ReplayStore",
+    "StepResult",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepResult:
+    """What :meth:`Environment.step` returns (Gymnasium's five values, named).
+
+    ``terminated`` is the task's own end; ``truncated`` is a cut from outside
+    (step limit, deadline, crash), and ``truncation_reason`` then says which.
+    """
+
+    observation: Observation
+    reward: float
+    terminated: bool
+    truncated: bool
+    truncation_reason: str = ""
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A web environment, real or simulated. Use it as an async resource.
+
+    Example:
+        >>> obs = await env.reset(task, seed=3)
+        >>> result = await env.step(parse_action("click [e5]"))
+        >>> await env.aclose()
+    """
+
+    source: Source
+    """``"real"`` for live pages, ``"synthetic"`` for the experience model."""
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        """Start an episode of ``task``; the same task and seed give the same observation."""
+        ...
+
+    async def step(self, action: Action) -> StepResult:
+        """Carry out one action. A bad action is reported in ``last_action_error``, never raised."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release resources; calling it again does nothing."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Neighbour:
+    """A stored step returned by :meth:`ReplayStore.nearest`, with its cosine similarity."""
+
+    seq: int
+    score: float
+    step: Step
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExperienceQuery:
+    """Everything an experience model conditions one prediction on."""
+
+    task: Task
+    history: tuple[tuple[Observation, Action], ...]
+    observation: Observation
+    action: Action
+    neighbours: tuple[Neighbour, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    """An experience model's answer: the next observation, reward and end."""
+
+    observation: Observation
+    reward: float
+    terminated: bool
+    reasoning: str = ""
+    model_id: str = ""
+    template_id: str = ""
+    raw: str = ""
+    """The model's raw output, kept for debugging and fidelity reports."""
+
+
+@runtime_checkable
+class ExperienceModel(Protocol):
+    """Predicts the next state and reward of a web environment."""
+
+    model_id: str
+
+    async def predict(self, query: ExperienceQuery) -> Prediction: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyDecision:
+    """A policy's action, with its token record when the policy is trainable."""
+
+    action: Action
+    tokens: PolicyTokens | None = None
+    reasoning: str = ""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Chooses the next action from the task, the history and the observation."""
+
+    policy_id: str
+
+    async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of a fixed dimension.
+
+    ``name`` identifies the model and its settings: two embedders with the
+    same name and ``dim`` must give the same vectors, since stores record it.
+    """
+
+    name: str
+    dim: int
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embed texts; returns an array of shape ``(len(texts), dim)``."""
+        ...
+
+
+@runtime_checkable
+class ReplayStore(Protocol):
+    """The store of every record dreamgym produces (see ``dreamgym.replay``)."""
+
+    async def append(self, steps: Sequence[Step]) -> list[int]:
+        """Commit steps; returns their sequence numbers once the commit is durable."""
+        ...
+
+    async def put_task(self, task: Task) -> None: ...
+
+    async def put_episode(self, episode: Episode) -> None: ...
+
+    async def get_step(self, seq: int) -> Step: ...
+
+    async def episode_steps(self, episode_id: str) -> list[Step]: ...
+
+    async def nearest(
+        self,
+        query: str | npt.NDArray[np.float32],
+        k: int,
+        *,
+        source: Source | None = None,
+        task_id: str | None = None,
+        site: str | None = None,
+        exclude_episodes: Sequence[str] = (),
+        exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    ) -> list[Neighbour]: ...
+
+    async def flush(self) -> None: ...
+
+    async def aclose(self) -> None: ...

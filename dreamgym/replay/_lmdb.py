@@ -1,0 +1,186 @@
+"""One LMDB environment: named databases, map growth, resize-safe transactions.
+
+The map is large and sparse. A write that fills it (``MapFullError`` aborts the
+whole transaction) grows the map under an exclusive lock and is retried from
+the start, so no record is ever dropped. Readers in other processes see the
+new size as ``MapResizedError`` and adopt it before retrying.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import lmdb
+
+from dreamgym.core.errors import StoreError, StoreFullError, StoreLockedError
+
+T = TypeVar("T")
+
+DATABASES = ("meta", "steps", "episodes", "tasks", "by_episode", "by_task", "vectors", "cache")
+"""Named databases. ``cache`` holds experience-model calls (simulator issue)."""
+
+_open_paths: set[Path] = set()
+_open_paths_lock = threading.Lock()
+
+
+class _SharedExclusiveLock:
+    """Many holders in shared mode, or one in exclusive mode (to resize the map)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive or self._shared:
+                self._cond.wait()
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class LmdbEnv:
+    """An open LMDB environment at ``path`` (a directory), once per process."""
+
+    def __init__(self, path: Path, *, readonly: bool, map_size: int, sync: bool) -> None:
+        self.path = path.resolve()
+        self.readonly = readonly
+        self.pid = os.getpid()
+        with _open_paths_lock:
+            if self.path in _open_paths:
+                raise StoreLockedError(
+                    f"the store at {self.path} is already open in this process; share that instance "
+                    "(LMDB forbids opening one environment twice in a process)"
+                )
+            _open_paths.add(self.path)
+        try:
+            self.env = self._open(readonly=readonly, map_size=map_size, sync=sync)
+            self.dbs = {
+                name: self.env.open_db(name.encode(), create=not readonly)
+                for name in DATABASES
+                if not readonly or self._has_db(name)
+            }
+        except BaseException:
+            self._release_path()
+            raise
+        self._lock = _SharedExclusiveLock()
+
+    def _open(self, *, readonly: bool, map_size: int, sync: bool) -> lmdb.Environment:
+        if readonly and not (self.path / "data.mdb").exists():
+            raise StoreError(f"no store at {self.path} (data.mdb is missing)")
+        try:
+            return lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(DATABASES) + 4,
+                readonly=readonly,
+                sync=sync,
+                metasync=sync,
+                readahead=False,
+                max_readers=512,
+            )
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+
+    def _has_db(self, name: str) -> bool:
+        with self.env.begin() as txn:
+            return txn.get(name.encode()) is not None
+
+    def db(self, name: str) -> lmdb._Database:
+        if name not in self.dbs:
+            # A reader opened before the writer created this database.
+            raise StoreError(f"the store at {self.path} has no {name!r} database yet")
+        return self.dbs[name]
+
+    def check_process(self) -> None:
+        if os.getpid() != self.pid:
+            raise StoreError(
+                f"the store at {self.path} was opened in process {self.pid}; "
+                "a forked child must open the store itself, never reuse the parent's handle"
+            )
+
+    def read(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Run ``fn`` in a read transaction, adopting a map grown by another process."""
+        self.check_process()
+        while True:
+            try:
+                with self._lock.shared(), self.env.begin(buffers=False) as txn:
+                    return fn(txn)
+            except lmdb.MapResizedError:
+                self._adopt_map_size()
+
+    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Run ``fn`` in one write transaction and commit it, growing the map as needed.
+
+        ``fn`` may run more than once (after a grow); it must not have effects
+        outside the transaction.
+
+        Raises:
+            StoreFullError: The disk is full; nothing was committed.
+            StoreError: LMDB failed otherwise; nothing was committed.
+        """
+        self.check_process()
+        while True:
+            try:
+                with self._lock.shared(), self.env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.MapResizedError:
+                self._adopt_map_size()
+            except lmdb.Error as exc:
+                if _is_disk_full(exc):
+                    raise StoreFullError(f"the disk holding {self.path} is full; free space and retry") from exc
+                raise StoreError(f"write to the store at {self.path} failed: {exc}") from exc
+
+    def map_size(self) -> int:
+        return int(self.env.info()["map_size"])
+
+    def _grow(self) -> None:
+        with self._lock.exclusive():
+            size = self.map_size()
+            self.env.set_mapsize(size * 2)
+
+    def _adopt_map_size(self) -> None:
+        with self._lock.exclusive():
+            self.env.set_mapsize(0)
+
+    def close(self) -> None:
+        self.env.close()
+        self._release_path()
+
+    def _release_path(self) -> None:
+        with _open_paths_lock:
+            _open_paths.discard(self.path)
+
+
+def _is_disk_full(exc: lmdb.Error) -> bool:
+    code = getattr(exc, "errno", None)
+    if code is None and exc.args and isinstance(exc.args[-1], int):
+        code = exc.args[-1]
+    return code == errno.ENOSPC

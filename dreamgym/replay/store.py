@@ -1,0 +1,767 @@
+"""The LMDB + usearch replay store: the source of truth for everything dreamgym produces.
+
+Layout of the LMDB environment (a directory) and its named databases::
+
+    steps       seq (uint64, big-endian)        -> Step record (MessagePack)
+    episodes    episode_id                      -> Episode record
+    tasks       task_id                         -> Task record
+    by_episode  episode_id \\0 seq               -> b""     (per-episode scans)
+    by_task     task_id \\0 seq                  -> b"r"|b"s" (per-task scans)
+    vectors     seq                             -> VectorEntry (filter columns + float32 vector)
+    meta        store_format, embedder, dim, embedded_upto, counters
+    cache       experience-model call cache (the simulator's)
+
+Sequence numbers start at 1 and only grow. Writes go through one writer task:
+concurrent ``append`` calls are gathered into one group commit (a write
+transaction that begins and commits inside one worker-thread call), and
+``await append(...)`` returns after that commit. Readers, in this process or
+others, read committed data at any time.
+
+Embedding and indexing run behind ingest: an indexer reads committed steps,
+embeds :func:`~dreamgym.replay.embedders.transition_text` of each, stores
+the vectors in LMDB and adds them to the usearch index, which it saves
+atomically with the highest sequence number it covers. Everything in the
+index can be rebuilt from LMDB; :meth:`LmdbReplayStore.reindex` re-embeds
+from scratch.
+
+Durability: a crashed process loses nothing whose commit returned. With
+``StoreConfig.sync=True`` (the default) neither does a power loss, as far as
+the disk honours fsync; with ``sync=False`` a power loss can lose the last
+commits. The derived index can always lag and is reconciled on open.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import lmdb
+import msgspec
+import numpy as np
+import numpy.typing as npt
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from dreamgym.core.errors import (
+    ConfigError,
+    EmbedderMismatchError,
+    RecordFormatError,
+    StoreClosedError,
+    StoreError,
+)
+from dreamgym.core.protocols import Embedder, Neighbour
+from dreamgym.core.types import Episode, Source, Step, Task, decode_record, encode_record
+from dreamgym.replay._ann import AnnIndex
+from dreamgym.replay._lmdb import LmdbEnv
+from dreamgym.replay._vectors import SOURCE_CODE, VectorEntry, VectorTable, vector_decoder, vector_encoder
+from dreamgym.replay.config import StoreConfig
+from dreamgym.replay.embedders import default_embedder, embedder_from_name, transition_text
+
+__all__ = ["LmdbReplayStore", "StoreStats"]
+
+log = logging.getLogger(__name__)
+
+STORE_FORMAT = 1
+"""Version of the key layout above. Bump it, with a migration, when it changes."""
+
+_SOURCE_BYTE = {"real": b"r", "synthetic": b"s"}
+
+
+def _key(seq: int) -> bytes:
+    return seq.to_bytes(8, "big")
+
+
+Bytes = bytes | memoryview  # what lmdb's typing promises; with buffers=False it is bytes
+
+
+def _seq(key: Bytes) -> int:
+    return int.from_bytes(key[-8:], "big")
+
+
+def _int(value: Bytes | None) -> int:
+    return int(bytes(value)) if value else 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Counts and index state of a store."""
+
+    steps: dict[str, int]
+    episodes: int
+    tasks: int
+    last_seq: int
+    embedded_upto: int
+    vectors: int
+    embedder: str
+    dim: int
+    map_size: int
+    index_covered_upto: int
+
+
+class _SeqAlloc:
+    def __init__(self, start: int) -> None:
+        self.next = start
+
+    def take(self) -> int:
+        seq, self.next = self.next, self.next + 1
+        return seq
+
+
+@dataclass
+class _Request:
+    apply: Callable[[lmdb.Transaction, _SeqAlloc], Any]
+    count: int
+    done: anyio.Event
+    result: Any = None
+    error: BaseException | None = None
+
+
+class LmdbReplayStore:
+    """A replay store in the directory ``path`` (created if missing).
+
+    Use it as an async context manager, entered and exited in one task::
+
+        async with LmdbReplayStore(path, embedder=HashingEmbedder()) as store:
+            seqs = await store.append(steps)
+            await store.flush()
+            hits = await store.nearest(transition_text(task, action, state), k=5)
+
+    Args:
+        path: The store directory.
+        embedder: Embeds transitions. ``None`` uses the embedder the store
+            recorded, or for a new store :func:`default_embedder`.
+        config: Storage and indexing settings.
+        readonly: Open for reading only; any number of reader processes may
+            run beside one writer process.
+
+    Raises:
+        EmbedderMismatchError: The store was indexed by another embedder.
+        StoreLockedError: The store is already open in this process.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        embedder: Embedder | None = None,
+        config: StoreConfig | None = None,
+        readonly: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.config = config or StoreConfig()
+        self.readonly = readonly
+        self._embedder = embedder
+        self._env: LmdbEnv | None = None
+        self._closed = False
+        self._next_seq = 1
+        self._embedded_upto = 0
+        self._table: VectorTable | None = None
+        self._ann: AnnIndex | None = None
+        self._ann_saved_count = 0
+        self._search_lock = threading.Lock()
+        self._instructions: dict[str, str] = {}
+        self._index_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            raise StoreClosedError("the store is not open; use `async with LmdbReplayStore(...)`")
+        return self._embedder
+
+    async def __aenter__(self) -> Self:
+        if not self.readonly:
+            self.path.mkdir(parents=True, exist_ok=True)
+        self._env = await anyio.to_thread.run_sync(self._open_env)
+        try:
+            await anyio.to_thread.run_sync(self._init_meta)
+            if not self.readonly:
+                await anyio.to_thread.run_sync(self._reconcile_index)
+        except BaseException:
+            self._env.close()
+            raise
+        if not self.readonly:
+            self._send, receive = anyio.create_memory_object_stream[_Request](self.config.request_buffer)
+            self._work = anyio.Event()
+            self._index_lock = anyio.Lock()
+            self._writer_done = anyio.Event()
+            self._task_group = anyio.create_task_group()
+            await self._task_group.__aenter__()
+            self._task_group.start_soon(self._writer_loop, receive)
+            self._task_group.start_soon(self._index_loop)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _open_env(self) -> LmdbEnv:
+        return LmdbEnv(self.path, readonly=self.readonly, map_size=self.config.map_size, sync=self.config.sync)
+
+    def _init_meta(self) -> None:
+        env = self._require_env()
+
+        def read(txn: lmdb.Transaction) -> dict[str, Bytes | None]:
+            keys = ("store_format", "embedder", "dim", "embedded_upto")
+            out: dict[str, Bytes | None] = {k: txn.get(k.encode(), db=env.db("meta")) for k in keys}
+            cursor = txn.cursor(db=env.db("steps"))
+            out["last_key"] = cursor.key() if cursor.last() else None
+            return out
+
+        meta = env.read(read)
+        store_format = _int(meta["store_format"])
+        if store_format > STORE_FORMAT:
+            raise StoreError(
+                f"the store at {self.path} has format {store_format}; this dreamgym reads up to "
+                f"{STORE_FORMAT}: upgrade dreamgym"
+            )
+        recorded = bytes(meta["embedder"]).decode() if meta["embedder"] else None
+        recorded_dim = _int(meta["dim"])
+        if self._embedder is None:
+            self._embedder = embedder_from_name(recorded) if recorded else default_embedder()
+        elif recorded and (recorded != self._embedder.name or recorded_dim != self._embedder.dim):
+            raise EmbedderMismatchError(
+                f"the store at {self.path} was indexed with {recorded!r} (dim {recorded_dim}), not "
+                f"{self._embedder.name!r} (dim {self._embedder.dim}); open it with that embedder, or run "
+                f"`dreamgym replay reindex {self.path} --embedder ...` to re-embed it"
+            )
+        self._next_seq = _seq(meta["last_key"]) + 1 if meta["last_key"] else 1
+        self._embedded_upto = _int(meta["embedded_upto"])
+        if not self.readonly and recorded is None:
+            self._write_meta({"store_format": STORE_FORMAT, "embedder": self.embedder.name, "dim": self.embedder.dim})
+
+    def _write_meta(self, values: dict[str, Any]) -> None:
+        env = self._require_env()
+
+        def put(txn: lmdb.Transaction) -> None:
+            for key, value in values.items():
+                txn.put(key.encode(), str(value).encode(), db=env.db("meta"))
+
+        env.write(put)
+
+    async def aclose(self) -> None:
+        """Commit what is queued, save the index, and close. Calling it again does nothing.
+
+        Call it from the task that opened the store (``async with`` does).
+        Indexing that has not caught up is not waited for (call :meth:`flush`
+        first for that); the next open picks it up from LMDB.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        env = self._env
+        if env is None:
+            return
+        if not self.readonly:
+            with anyio.CancelScope(shield=True):
+                async with self._index_lock:  # let the indexing batch in progress commit
+                    await self._send.aclose()  # the writer drains what is queued, then exits
+                await self._writer_done.wait()
+            self._task_group.cancel_scope.cancel()
+            await self._task_group.__aexit__(None, None, None)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._save_ann)
+        env.close()
+
+    def _require_env(self) -> LmdbEnv:
+        if self._env is None:
+            raise StoreClosedError("the store is not open; use `async with LmdbReplayStore(...)`")
+        return self._env
+
+    def _require_writable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the store at {self.path} is closed")
+        if self.readonly:
+            raise StoreError(f"the store at {self.path} was opened read-only")
+        self._require_env()
+
+    # ------------------------------------------------------------------ writing
+
+    async def append(self, steps: Sequence[Step]) -> list[int]:
+        """Commit steps in order; returns their sequence numbers after the commit."""
+        self._require_writable()
+        encoded = [encode_record(step) for step in steps]
+        for step in steps:
+            if "\0" in step.episode_id or "\0" in step.task_id:
+                raise RecordFormatError("task and episode ids must not contain NUL characters")
+        env = self._require_env()
+
+        def apply(txn: lmdb.Transaction, alloc: _SeqAlloc) -> list[int]:
+            seqs = []
+            counts = {"real": 0, "synthetic": 0}
+            for step, data in zip(steps, encoded, strict=True):
+                seq = alloc.take()
+                key = _key(seq)
+                txn.put(key, data, db=env.db("steps"), append=True)
+                txn.put(step.episode_id.encode() + b"\0" + key, b"", db=env.db("by_episode"))
+                txn.put(step.task_id.encode() + b"\0" + key, _SOURCE_BYTE[step.source], db=env.db("by_task"))
+                counts[step.source] += 1
+                seqs.append(seq)
+            for source, n in counts.items():
+                if n:
+                    _bump(txn, env, f"count/{source}", n)
+            return seqs
+
+        seqs: list[int] = await self._submit(apply, len(steps))
+        if self.config.auto_index:
+            self._work.set()
+        return seqs
+
+    async def put_task(self, task: Task) -> None:
+        """Store (or replace) a task."""
+        await self._put_keyed("tasks", task.task_id, encode_record(task))
+        self._instructions[task.task_id] = task.instruction
+
+    async def put_episode(self, episode: Episode) -> None:
+        """Store (or replace) an episode summary."""
+        await self._put_keyed("episodes", episode.episode_id, encode_record(episode))
+
+    async def _put_keyed(self, db: str, key: str, data: bytes) -> None:
+        self._require_writable()
+        env = self._require_env()
+
+        def apply(txn: lmdb.Transaction, alloc: _SeqAlloc) -> None:
+            txn.put(key.encode(), data, db=env.db(db))
+
+        await self._submit(apply, 1)
+
+    async def _submit(self, apply: Callable[[lmdb.Transaction, _SeqAlloc], Any], count: int) -> Any:
+        request = _Request(apply, count, anyio.Event())
+        try:
+            await self._send.send(request)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise StoreClosedError(f"the store at {self.path} is closed") from exc
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    async def _writer_loop(self, receive: MemoryObjectReceiveStream[_Request]) -> None:
+        try:
+            async with receive:
+                async for first in receive:
+                    batch, count = [first], first.count
+                    while count < self.config.max_commit_records:
+                        try:
+                            request = receive.receive_nowait()
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                        batch.append(request)
+                        count += request.count
+                    await self._commit(batch)
+        finally:
+            self._writer_done.set()
+
+    async def _commit(self, batch: list[_Request]) -> None:
+        env = self._require_env()
+
+        def run(txn: lmdb.Transaction) -> tuple[int, list[Any]]:
+            alloc = _SeqAlloc(self._next_seq)
+            results = [request.apply(txn, alloc) for request in batch]
+            return alloc.next, results
+
+        try:
+            with anyio.CancelScope(shield=True):
+                self._next_seq, results = await anyio.to_thread.run_sync(env.write, run)
+        except Exception as exc:  # every waiting writer learns why; nothing was committed
+            for request in batch:
+                request.error = exc
+        else:
+            for request, result in zip(batch, results, strict=True):
+                request.result = result
+        for request in batch:
+            request.done.set()
+
+    # ------------------------------------------------------------------ reading
+
+    async def get_step(self, seq: int) -> Step:
+        """The step with this sequence number.
+
+        Raises:
+            KeyError: No such step.
+        """
+        steps = await self.get_steps([seq])
+        return steps[0]
+
+    async def get_steps(self, seqs: Sequence[int]) -> list[Step]:
+        """Steps by sequence number, in the given order; raises ``KeyError`` for a missing one."""
+        env = self._require_env()
+
+        def read(txn: lmdb.Transaction) -> list[Step]:
+            out = []
+            for seq in seqs:
+                data = txn.get(_key(seq), db=env.db("steps"))
+                if data is None:
+                    raise KeyError(f"no step with sequence number {seq}")
+                out.append(decode_record(data, Step))
+            return out
+
+        return await anyio.to_thread.run_sync(env.read, read)
+
+    async def episode_steps(self, episode_id: str) -> list[Step]:
+        """The steps of one episode, in commit order."""
+        return await self.get_steps(await self.episode_seqs(episode_id))
+
+    async def episode_seqs(self, episode_id: str) -> list[int]:
+        return await self._prefix_seqs("by_episode", episode_id)
+
+    async def task_seqs(self, task_id: str, *, source: Source | None = None) -> list[int]:
+        """Sequence numbers of a task's steps, optionally of one source."""
+        return await self._prefix_seqs("by_task", task_id, None if source is None else _SOURCE_BYTE[source])
+
+    async def _prefix_seqs(self, db: str, prefix_id: str, value: bytes | None = None) -> list[int]:
+        env = self._require_env()
+        prefix = prefix_id.encode() + b"\0"
+
+        def read(txn: lmdb.Transaction) -> list[int]:
+            cursor = txn.cursor(db=env.db(db))
+            out: list[int] = []
+            if not cursor.set_range(prefix):
+                return out
+            for key, stored in cursor:
+                if not bytes(key).startswith(prefix):
+                    break
+                if value is None or stored == value:
+                    out.append(_seq(key))
+            return out
+
+        return await anyio.to_thread.run_sync(env.read, read)
+
+    async def get_episode(self, episode_id: str) -> Episode | None:
+        episode: Episode | None = await self._get_keyed("episodes", episode_id, Episode)
+        return episode
+
+    async def get_task(self, task_id: str) -> Task | None:
+        task: Task | None = await self._get_keyed("tasks", task_id, Task)
+        return task
+
+    async def _get_keyed(self, db: str, key: str, kind: Any) -> Any:
+        env = self._require_env()
+
+        def read(txn: lmdb.Transaction) -> Any:
+            data = txn.get(key.encode(), db=env.db(db))
+            return None if data is None else decode_record(data, kind)
+
+        return await anyio.to_thread.run_sync(env.read, read)
+
+    def iter_records(self, db: str, *, start: int = 1, batch: int = 1000) -> Iterator[tuple[bytes, bytes]]:
+        """Yield ``(key, value)`` of a database in key order, in short read transactions.
+
+        Blocking: call it from a worker thread. ``start`` applies to ``steps``.
+        """
+        env = self._require_env()
+        position = _key(start) if db in ("steps", "vectors") else b""
+        while True:
+
+            def read(txn: lmdb.Transaction, position: bytes = position) -> list[tuple[bytes, bytes]]:
+                cursor = txn.cursor(db=env.db(db))
+                if not cursor.set_range(position):
+                    return []
+                rows: list[tuple[bytes, bytes]] = list(itertools.islice(cursor, batch))  # type: ignore[arg-type]
+                return rows
+
+            rows = env.read(read)
+            yield from rows
+            if len(rows) < batch:
+                return
+            position = rows[-1][0] + b"\0"  # the smallest key after the last one read
+
+    async def stats(self) -> StoreStats:
+        env = self._require_env()
+
+        def read(txn: lmdb.Transaction) -> StoreStats:
+            meta = env.db("meta")
+
+            def get(key: str) -> int:
+                return _int(txn.get(key.encode(), db=meta))
+
+            cursor = txn.cursor(db=env.db("steps"))
+            return StoreStats(
+                steps={"real": get("count/real"), "synthetic": get("count/synthetic")},
+                episodes=txn.stat(env.db("episodes"))["entries"],
+                tasks=txn.stat(env.db("tasks"))["entries"],
+                last_seq=_seq(cursor.key()) if cursor.last() else 0,
+                embedded_upto=get("embedded_upto"),
+                vectors=txn.stat(env.db("vectors"))["entries"],
+                embedder=self.embedder.name,
+                dim=self.embedder.dim,
+                map_size=env.map_size(),
+                index_covered_upto=self._ann.covered_upto if self._ann else 0,
+            )
+
+        return await anyio.to_thread.run_sync(env.read, read)
+
+    # ------------------------------------------------------------------ indexing
+
+    def _load_table(self) -> VectorTable:
+        table = VectorTable(self.embedder.dim)
+        self._extend_table(table)
+        return table
+
+    def _extend_table(self, table: VectorTable) -> None:
+        for key, value in self.iter_records("vectors", start=table.upto + 1, batch=5000):
+            table.add(_seq(key), vector_decoder.decode(value))
+
+    def _reconcile_index(self) -> None:
+        """Load the vectors and bring the usearch index in line with LMDB."""
+        table = self._load_table()
+        ann = AnnIndex.load(self.path, self.embedder.name, self.embedder.dim, self.config.ann, view=False)
+        if ann is not None:
+            covered = int(np.count_nonzero(~table.seqs_after(ann.covered_upto)))
+            if len(ann) != covered:
+                log.warning("the index at %s disagrees with LMDB (%d vs %d); rebuilding", self.path, len(ann), covered)
+                ann = None
+        with self._search_lock:
+            self._table, self._ann = table, ann
+            self._ann_saved_count = len(ann) if ann else 0
+            self._grow_ann()
+        self._save_ann()
+
+    def _grow_ann(self) -> None:
+        """Add new vectors to the usearch index once the store is large enough for one."""
+        table = self._table
+        assert table is not None
+        if self._ann is None:
+            if len(table) <= self.config.exact_threshold:
+                return
+            self._ann = AnnIndex(self.embedder.dim, self.config.ann)
+        seqs, matrix = table.matrix_after(self._ann.covered_upto)
+        self._ann.add(seqs, matrix, table.upto)
+
+    def _save_ann(self, *, force: bool = True) -> None:
+        with self._search_lock:
+            ann = self._ann
+            if ann is None or ann.readonly:
+                return
+            if not force and len(ann) - self._ann_saved_count < self.config.index_save_every:
+                return
+            if len(ann) == self._ann_saved_count and (self.path / "index.json").exists() and not force:
+                return
+            ann.save(self.path, self.embedder.name)
+            self._ann_saved_count = len(ann)
+
+    async def _index_loop(self) -> None:
+        while True:
+            await self._work.wait()
+            self._work = anyio.Event()
+            if self._closed:
+                return
+            try:
+                await self._index_pending()
+            except Exception as exc:
+                self._index_error = exc
+                log.exception("indexing %s failed; ingest goes on, flush() will retry", self.path)
+                await anyio.sleep(1.0)
+
+    async def flush(self) -> None:
+        """Wait until every committed step is embedded and indexed, and save the index.
+
+        Raises:
+            BackendError: The embedder failed.
+        """
+        self._require_writable()
+        await self._index_pending()
+        await anyio.to_thread.run_sync(self._save_ann)
+
+    async def _index_pending(self) -> None:
+        async with self._index_lock:
+            while not self._closed and await self._index_batch():
+                pass
+        self._index_error = None
+
+    async def _index_batch(self) -> bool:
+        """Embed the next batch of committed steps; ``False`` when none were left."""
+        env = self._require_env()
+        upto = self._embedded_upto
+        rows = await anyio.to_thread.run_sync(
+            lambda: list(self.iter_records("steps", start=upto + 1, batch=self.config.embed_batch_size))
+        )
+        rows = rows[: self.config.embed_batch_size]
+        if not rows:
+            return False
+        scanned = _seq(rows[-1][0])
+        steps = [(_seq(key), decode_record(value, Step)) for key, value in rows]
+        chosen = [(seq, step) for seq, step in steps if step.source in self.config.index_sources]
+        texts = [await self._transition_text(step) for _, step in chosen]
+        vectors = await self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dim), np.float32)
+        if vectors.shape != (len(texts), self.embedder.dim):
+            raise ConfigError(f"{self.embedder.name} returned shape {vectors.shape} for {len(texts)} texts")
+        entries = [
+            (
+                seq,
+                VectorEntry(
+                    SOURCE_CODE[step.source],
+                    step.task_id,
+                    step.site,
+                    step.episode_id,
+                    step.seed,
+                    vectors[i].astype(np.float32).tobytes(),
+                ),
+            )
+            for i, (seq, step) in enumerate(chosen)
+        ]
+
+        def apply(txn: lmdb.Transaction, alloc: _SeqAlloc) -> None:
+            for seq, entry in entries:
+                txn.put(_key(seq), vector_encoder.encode(entry), db=env.db("vectors"))
+            txn.put(b"embedded_upto", str(scanned).encode(), db=env.db("meta"))
+
+        await self._submit(apply, len(entries) + 1)
+        self._embedded_upto = scanned
+
+        def extend() -> None:
+            with self._search_lock:
+                assert self._table is not None
+                for (seq, entry), vector in zip(entries, vectors, strict=True):
+                    self._table.add(seq, entry, vector)
+                self._table.upto = max(self._table.upto, scanned)
+                self._grow_ann()
+
+        await anyio.to_thread.run_sync(extend)
+        await anyio.to_thread.run_sync(lambda: self._save_ann(force=False))
+        return True
+
+    async def _transition_text(self, step: Step) -> str:
+        instruction = self._instructions.get(step.task_id)
+        if instruction is None:
+            task = await self.get_task(step.task_id)
+            instruction = task.instruction if task else ""
+            if task is None:
+                log.warning("task %r is not in the store; its steps are embedded without an instruction", step.task_id)
+            self._instructions[step.task_id] = instruction
+        return transition_text(instruction, str(step.action), step.observation.state)
+
+    async def reindex(self, embedder: Embedder | None = None) -> None:
+        """Drop every vector and the index, then embed everything again (with ``embedder``)."""
+        self._require_writable()
+        env = self._require_env()
+        async with self._index_lock:
+
+            def clear(txn: lmdb.Transaction, alloc: _SeqAlloc) -> None:
+                txn.drop(env.db("vectors"), delete=False)
+                txn.put(b"embedded_upto", b"0", db=env.db("meta"))
+                new = embedder or self.embedder
+                txn.put(b"embedder", new.name.encode(), db=env.db("meta"))
+                txn.put(b"dim", str(new.dim).encode(), db=env.db("meta"))
+
+            await self._submit(clear, 1)
+            if embedder is not None:
+                self._embedder = embedder
+            self._embedded_upto = 0
+            with self._search_lock:
+                AnnIndex.remove_files(self.path)
+                self._table = VectorTable(self.embedder.dim)
+                self._ann = None
+                self._ann_saved_count = 0
+        await self.flush()
+
+    # ------------------------------------------------------------------ search
+
+    async def nearest(
+        self,
+        query: str | npt.NDArray[np.float32],
+        k: int,
+        *,
+        source: Source | None = None,
+        task_id: str | None = None,
+        site: str | None = None,
+        exclude_episodes: Sequence[str] = (),
+        exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    ) -> list[Neighbour]:
+        """The ``k`` indexed steps most similar to ``query``, best first.
+
+        ``query`` is text (embedded with the store's embedder; build it with
+        :func:`transition_text`) or a vector. Steps whose embedding has not
+        finished are not yet searchable (:meth:`flush` waits for them).
+        Candidate sets up to ``exact_threshold`` are searched exactly, larger
+        ones through the usearch index plus an exact scan of what it does not
+        cover yet.
+        """
+        if k <= 0:
+            return []
+        if isinstance(query, str):
+            vector = (await self.embedder.embed([query]))[0]
+        else:
+            vector = np.asarray(query, dtype=np.float32).reshape(-1)
+            if vector.shape != (self.embedder.dim,):
+                raise ConfigError(
+                    f"query vector has shape {vector.shape}; the store's dimension is {self.embedder.dim}"
+                )
+            vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
+        filters = dict(
+            source=source,
+            task_id=task_id,
+            site=site,
+            exclude_episodes=tuple(exclude_episodes),
+            exclude_task_seeds=tuple(exclude_task_seeds),
+        )
+        seqs, scores = await anyio.to_thread.run_sync(lambda: self._search(vector, k, filters))
+        steps = await self.get_steps(seqs)
+        return [Neighbour(seq=q, score=s, step=st) for q, s, st in zip(seqs, scores, steps, strict=True)]
+
+    def _search(
+        self, vector: npt.NDArray[np.float32], k: int, filters: dict[str, Any]
+    ) -> tuple[list[int], list[float]]:
+        if self.readonly:
+            self._refresh_reader()
+        with self._search_lock:
+            table, ann = self._table, self._ann
+            assert table is not None
+            mask = table.mask(**filters)
+            candidates = len(table) if mask is None else int(np.count_nonzero(mask))
+            if ann is None or len(ann) == 0 or candidates <= self.config.exact_threshold:
+                return table.exact(vector, k, mask)
+            return _ann_search(table, ann, vector, k, mask)
+
+    def _refresh_reader(self) -> None:
+        """In a read-only store: load new vectors, and (re)open the index file's view."""
+        with self._search_lock:
+            if self._table is None:
+                self._table = VectorTable(self.embedder.dim)
+            if "vectors" in self._require_env().dbs:
+                self._extend_table(self._table)
+            meta = self.path / "index.json"
+            covered = self._ann.covered_upto if self._ann else -1
+            if meta.exists():
+                try:
+                    on_disk = int(msgspec.json.decode(meta.read_bytes())["covered_upto"])
+                except (OSError, msgspec.DecodeError, KeyError, ValueError):
+                    on_disk = covered
+                if on_disk != covered:
+                    ann = AnnIndex.load(self.path, self.embedder.name, self.embedder.dim, self.config.ann, view=True)
+                    self._ann = ann or self._ann
+
+
+def _ann_search(
+    table: VectorTable, ann: AnnIndex, vector: npt.NDArray[np.float32], k: int, mask: npt.NDArray[np.bool_] | None
+) -> tuple[list[int], list[float]]:
+    """Approximate search over what the index covers, exact over the rest, merged."""
+    count = k
+    while True:
+        keys, sims = ann.search(vector, min(count, len(ann)))
+        keep = table.passes(keys, mask)
+        if int(np.count_nonzero(keep)) >= k or count >= len(ann):
+            break
+        count *= 4
+    found = list(zip(sims[keep][:k].tolist(), keys[keep][:k].tolist(), strict=True))
+    after = table.seqs_after(ann.covered_upto)
+    rows = after if mask is None else after & mask
+    if rows.any():
+        seqs, scores = table.exact(vector, k, rows)
+        found.extend(zip(scores, seqs, strict=True))
+    found.sort(key=lambda pair: (-pair[0], pair[1]))
+    top = found[:k]
+    return [int(seq) for _, seq in top], [float(score) for score, _ in top]
+
+
+def _bump(txn: lmdb.Transaction, env: LmdbEnv, key: str, n: int) -> None:
+    meta = env.db("meta")
+    txn.put(key.encode(), str(_int(txn.get(key.encode(), db=meta)) + n).encode(), db=meta)

@@ -1,0 +1,3 @@
+"""dreamgym.simulator — see DESIGN.md; filled in by its own issue."""
+
+__all__: list[str] = []

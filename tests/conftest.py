@@ -1,0 +1,10 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Playwright is asyncio-only, so dreamgym runs on asyncio

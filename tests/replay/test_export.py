@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import make_step
+
+from dreamgym.core import Episode, RecordFormatError, Task, record_to_json
+from dreamgym.replay import HashingEmbedder, LmdbReplayStore, episodes_dataset, export_jsonl, import_jsonl
+
+pytestmark = pytest.mark.anyio
+
+
+async def _fill(store: LmdbReplayStore) -> list:
+    await store.put_task(Task(task_id="task-a", instruction="click the button"))
+    steps = [make_step(i, episode_id=f"ep-{i // 3}", source="synthetic" if i >= 3 else "real") for i in range(6)]
+    await store.append(steps)
+    await store.put_episode(
+        Episode(episode_id="ep-0", task_id="task-a", source="real", num_steps=3, success=True, total_reward=1.0)
+    )
+    return steps
+
+
+async def test_jsonl_export_then_import_reproduces_every_record(tmp_path: Path) -> None:
+    async with LmdbReplayStore(tmp_path / "a", embedder=HashingEmbedder(32)) as source:
+        steps = await _fill(source)
+        assert await export_jsonl(source, tmp_path / "out.jsonl") == 8
+    async with LmdbReplayStore(tmp_path / "b", embedder=HashingEmbedder(32)) as target:
+        counts = await import_jsonl(target, tmp_path / "out.jsonl", batch=4)
+        assert counts == {"task": 1, "step": 6, "episode": 1}
+        assert await target.get_steps(list(range(1, 7))) == steps
+        assert (await target.get_task("task-a")).instruction == "click the button"  # type: ignore[union-attr]
+        assert (await target.get_episode("ep-0")).success  # type: ignore[union-attr]
+        await target.flush()
+        assert (await target.stats()).vectors == 3
+
+
+async def test_a_bad_line_names_its_place_and_keeps_what_came_before(tmp_path: Path) -> None:
+    lines = [record_to_json(make_step(0)), b'{"kind": "step", "source": "real"}', record_to_json(make_step(1))]
+    (tmp_path / "bad.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    async with LmdbReplayStore(tmp_path / "s", embedder=HashingEmbedder(32)) as store:
+        with pytest.raises(RecordFormatError, match="bad.jsonl:2"):
+            await import_jsonl(store, tmp_path / "bad.jsonl", batch=1)
+        assert (await store.stats()).last_seq == 1
+
+
+async def test_episodes_become_a_hugging_face_dataset(tmp_path: Path) -> None:
+    async with LmdbReplayStore(tmp_path, embedder=HashingEmbedder(32)) as store:
+        await _fill(store)
+        dataset = await episodes_dataset(store)
+    assert len(dataset) == 2
+    first = dataset[0]
+    assert (first["episode_id"], first["source"], first["success"]) == ("ep-0", "real", True)
+    assert first["actions"] == ["click [e1]"] * 3
+    assert first["states"][1] == make_step(1).observation.state
+    assert dataset[1]["source"] == "synthetic" and dataset[1]["experience_model_id"] == "test-model"

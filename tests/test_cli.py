@@ -1,0 +1,79 @@
+"""The command line, end to end, as a user runs it (a real process each time)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from helpers import make_step
+
+from dreamgym.core import Task
+from dreamgym.replay import HashingEmbedder, LmdbReplayStore
+
+
+def dreamgym(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def _make_store(path: Path) -> None:
+    async def fill() -> None:
+        async with LmdbReplayStore(path, embedder=HashingEmbedder(32)) as store:
+            await store.put_task(Task(task_id="task-a", instruction="click"))
+            await store.append([make_step(i) for i in range(5)] + [make_step(5, source="synthetic")])
+            await store.flush()
+
+    anyio.run(fill)
+
+
+def test_help_lists_the_commands() -> None:
+    out = dreamgym("--help").stdout
+    for command in ("demo", "replay"):
+        assert command in out
+    assert "reindex" in dreamgym("replay", "--help").stdout
+
+
+def test_replay_stats_export_import_and_reindex(tmp_path: Path) -> None:
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    _make_store(store)
+    stats = json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)
+    assert stats["steps"] == {"real": 5, "synthetic": 1}
+    assert (stats["tasks"], stats["vectors"], stats["embedder"]) == (1, 5, "hashing-32")
+    assert "embedded_upto" in dreamgym("replay", "stats", str(store)).stdout
+
+    assert "wrote 7 records" in dreamgym("replay", "export", str(store), "-o", str(tmp_path / "x.jsonl")).stdout
+    out = dreamgym("replay", "import", str(copy), str(tmp_path / "x.jsonl"), "--embedder", "hashing-16").stdout
+    assert "6 steps" in out
+    copied = json.loads(dreamgym("replay", "stats", str(copy), "--json").stdout)
+    assert (copied["steps"], copied["vectors"], copied["embedder"]) == (stats["steps"], 5, "hashing-16")
+
+    assert (
+        "reindexed 5 steps with hashing-64"
+        in dreamgym("replay", "reindex", str(store), "--embedder", "hashing-64").stdout
+    )
+    assert json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)["dim"] == 64
+
+
+def test_cli_errors_are_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
+    result = dreamgym("replay", "stats", str(tmp_path / "missing"), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("dreamgym: error: no store at")
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    result = dreamgym("replay", "import", str(tmp_path / "s"), str(tmp_path / "bad.jsonl"), check=False)
+    assert result.returncode == 1 and "bad.jsonl:1" in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_runs_offline_end_to_end(tmp_path: Path) -> None:
+    out = dreamgym("demo", "--out", str(tmp_path)).stdout
+    assert "foundation preview" in out
+    assert "nearest stored transitions" in out
+    stats = json.loads(dreamgym("replay", "stats", str(tmp_path / "store"), "--json").stdout)
+    assert stats["steps"]["synthetic"] == stats["vectors"] > 0
+    assert stats["episodes"] == 30
