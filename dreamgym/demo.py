@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -160,9 +161,7 @@ async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
         " MiniLM embedder, on hand-scripted episodes (stored as synthetic, model 'demo:scripted')."
     )
     store_path = out / "store"
-    if store_path.exists():
-        for child in store_path.iterdir():
-            child.unlink()
+    shutil.rmtree(store_path, ignore_errors=True)  # the demo starts from an empty store each run
     rng = random.Random(0)
     makers = [_login, _click_button, _enter_text]
     started = time.perf_counter()

@@ -104,6 +104,14 @@ class AnnIndex:
         return loaded
 
     @staticmethod
+    def saved_coverage(directory: Path) -> int | None:
+        """``covered_upto`` of the saved index, or ``None`` when there is none."""
+        try:
+            return int(json.loads((directory / META_FILE).read_text())["covered_upto"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    @staticmethod
     def remove_files(directory: Path) -> None:
         for name in (INDEX_FILE, META_FILE):
             (directory / name).unlink(missing_ok=True)

@@ -120,10 +120,14 @@ class VectorTable:
             keep &= ~((cols["task"] == self._tasks.find(task)) & (cols["seed"] == seed_code))
         return keep
 
-    def rows_of(self, seqs: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
-        """Row positions of sequence numbers that are in the table."""
+    def rows_of(self, seqs: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+        """Row positions of sequence numbers, and which of them are in the table at all."""
         self._consolidate()
-        return np.searchsorted(self._seqs, np.asarray(seqs, dtype=np.uint64))
+        seqs = np.asarray(seqs, dtype=np.uint64)
+        rows = np.searchsorted(self._seqs, seqs)
+        present = rows < len(self._seqs)
+        present[present] = self._seqs[rows[present]] == seqs[present]
+        return np.where(present, rows, 0), present
 
     def exact(
         self, query: npt.NDArray[np.float32], k: int, rows: npt.NDArray[np.bool_] | None = None
@@ -143,10 +147,11 @@ class VectorTable:
         return [int(s) for s in seqs[top]], [float(x) for x in scores[top]]
 
     def passes(self, seqs: npt.NDArray[Any], rows: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:
-        """Which of these (present) sequence numbers pass a mask from :meth:`mask`."""
+        """Which of these sequence numbers are in the table and pass a mask from :meth:`mask`."""
+        positions, present = self.rows_of(seqs)
         if rows is None:
-            return np.ones(len(seqs), dtype=bool)
-        return rows[self.rows_of(seqs)]
+            return present
+        return present & rows[positions]
 
     def matrix_after(self, seq: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
         after = self.seqs_after(seq)

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -43,10 +42,8 @@ from typing import Any, Self
 
 import anyio
 import lmdb
-import msgspec
 import numpy as np
 import numpy.typing as npt
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from dreamgym.core.errors import (
     ConfigError,
@@ -57,9 +54,10 @@ from dreamgym.core.errors import (
 )
 from dreamgym.core.protocols import Embedder, Neighbour
 from dreamgym.core.types import Episode, Source, Step, Task, decode_record, encode_record
-from dreamgym.replay._ann import AnnIndex
+from dreamgym.replay._index import TransitionIndex
 from dreamgym.replay._lmdb import LmdbEnv
-from dreamgym.replay._vectors import SOURCE_CODE, VectorEntry, VectorTable, vector_decoder, vector_encoder
+from dreamgym.replay._vectors import SOURCE_CODE, VectorEntry, vector_decoder, vector_encoder
+from dreamgym.replay._writer import Apply, GroupCommitWriter, SeqAlloc
 from dreamgym.replay.config import StoreConfig
 from dreamgym.replay.embedders import default_embedder, embedder_from_name, transition_text
 
@@ -104,22 +102,17 @@ class StoreStats:
     index_covered_upto: int
 
 
-class _SeqAlloc:
-    def __init__(self, start: int) -> None:
-        self.next = start
+class _UnavailableEmbedder:
+    """Stands in, in a read-only store, for a recorded embedder that needs settings (an endpoint)."""
 
-    def take(self) -> int:
-        seq, self.next = self.next, self.next + 1
-        return seq
+    def __init__(self, name: str, dim: int) -> None:
+        self.name, self.dim = name, dim
 
-
-@dataclass
-class _Request:
-    apply: Callable[[lmdb.Transaction, _SeqAlloc], Any]
-    count: int
-    done: anyio.Event
-    result: Any = None
-    error: BaseException | None = None
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        raise ConfigError(
+            f"this store was indexed with {self.name!r}; open it with that embedder to search by text "
+            "(searching by vector works without it)"
+        )
 
 
 class LmdbReplayStore:
@@ -159,12 +152,8 @@ class LmdbReplayStore:
         self._embedder = embedder
         self._env: LmdbEnv | None = None
         self._closed = False
-        self._next_seq = 1
+        self._next_seq = 1  # until the writer starts and owns it
         self._embedded_upto = 0
-        self._table: VectorTable | None = None
-        self._ann: AnnIndex | None = None
-        self._ann_saved_count = 0
-        self._search_lock = threading.Lock()
         self._instructions: dict[str, str] = {}
         self._index_error: BaseException | None = None
 
@@ -182,19 +171,32 @@ class LmdbReplayStore:
         self._env = await anyio.to_thread.run_sync(self._open_env)
         try:
             await anyio.to_thread.run_sync(self._init_meta)
+            self._index = TransitionIndex(
+                self.path,
+                self.embedder.name,
+                self.embedder.dim,
+                self.config,
+                self._stored_vectors,
+                readonly=self.readonly,
+            )
             if not self.readonly:
-                await anyio.to_thread.run_sync(self._reconcile_index)
+                await anyio.to_thread.run_sync(self._index.load)
         except BaseException:
             self._env.close()
+            self._env = None
             raise
         if not self.readonly:
-            self._send, receive = anyio.create_memory_object_stream[_Request](self.config.request_buffer)
+            self._writer = GroupCommitWriter(
+                self._env,
+                next_seq=self._next_seq,
+                max_records=self.config.max_commit_records,
+                buffer=self.config.request_buffer,
+            )
             self._work = anyio.Event()
             self._index_lock = anyio.Lock()
-            self._writer_done = anyio.Event()
             self._task_group = anyio.create_task_group()
             await self._task_group.__aenter__()
-            self._task_group.start_soon(self._writer_loop, receive)
+            self._task_group.start_soon(self._writer.run)
             self._task_group.start_soon(self._index_loop)
         return self
 
@@ -226,7 +228,7 @@ class LmdbReplayStore:
         recorded = bytes(meta["embedder"]).decode() if meta["embedder"] else None
         recorded_dim = _int(meta["dim"])
         if self._embedder is None:
-            self._embedder = embedder_from_name(recorded) if recorded else default_embedder()
+            self._embedder = self._recorded_embedder(recorded, recorded_dim) if recorded else default_embedder()
         elif recorded and (recorded != self._embedder.name or recorded_dim != self._embedder.dim):
             raise EmbedderMismatchError(
                 f"the store at {self.path} was indexed with {recorded!r} (dim {recorded_dim}), not "
@@ -237,6 +239,14 @@ class LmdbReplayStore:
         self._embedded_upto = _int(meta["embedded_upto"])
         if not self.readonly and recorded is None:
             self._write_meta({"store_format": STORE_FORMAT, "embedder": self.embedder.name, "dim": self.embedder.dim})
+
+    def _recorded_embedder(self, name: str, dim: int) -> Embedder:
+        try:
+            return embedder_from_name(name)
+        except ConfigError:
+            if not self.readonly:
+                raise
+            return _UnavailableEmbedder(name, dim)  # a reader can still count, read and search by vector
 
     def _write_meta(self, values: dict[str, Any]) -> None:
         env = self._require_env()
@@ -263,12 +273,11 @@ class LmdbReplayStore:
         if not self.readonly:
             with anyio.CancelScope(shield=True):
                 async with self._index_lock:  # let the indexing batch in progress commit
-                    await self._send.aclose()  # the writer drains what is queued, then exits
-                await self._writer_done.wait()
+                    await self._writer.aclose()  # commits what is queued, then exits
             self._task_group.cancel_scope.cancel()
             await self._task_group.__aexit__(None, None, None)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._save_ann)
+                await anyio.to_thread.run_sync(self._index.save)
         env.close()
 
     def _require_env(self) -> LmdbEnv:
@@ -288,13 +297,15 @@ class LmdbReplayStore:
     async def append(self, steps: Sequence[Step]) -> list[int]:
         """Commit steps in order; returns their sequence numbers after the commit."""
         self._require_writable()
+        if not steps:
+            return []
         encoded = [encode_record(step) for step in steps]
         for step in steps:
             if "\0" in step.episode_id or "\0" in step.task_id:
                 raise RecordFormatError("task and episode ids must not contain NUL characters")
         env = self._require_env()
 
-        def apply(txn: lmdb.Transaction, alloc: _SeqAlloc) -> list[int]:
+        def apply(txn: lmdb.Transaction, alloc: SeqAlloc) -> list[int]:
             seqs = []
             counts = {"real": 0, "synthetic": 0}
             for step, data in zip(steps, encoded, strict=True):
@@ -328,57 +339,13 @@ class LmdbReplayStore:
         self._require_writable()
         env = self._require_env()
 
-        def apply(txn: lmdb.Transaction, alloc: _SeqAlloc) -> None:
+        def apply(txn: lmdb.Transaction, alloc: SeqAlloc) -> None:
             txn.put(key.encode(), data, db=env.db(db))
 
         await self._submit(apply, 1)
 
-    async def _submit(self, apply: Callable[[lmdb.Transaction, _SeqAlloc], Any], count: int) -> Any:
-        request = _Request(apply, count, anyio.Event())
-        try:
-            await self._send.send(request)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise StoreClosedError(f"the store at {self.path} is closed") from exc
-        await request.done.wait()
-        if request.error is not None:
-            raise request.error
-        return request.result
-
-    async def _writer_loop(self, receive: MemoryObjectReceiveStream[_Request]) -> None:
-        try:
-            async with receive:
-                async for first in receive:
-                    batch, count = [first], first.count
-                    while count < self.config.max_commit_records:
-                        try:
-                            request = receive.receive_nowait()
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                        batch.append(request)
-                        count += request.count
-                    await self._commit(batch)
-        finally:
-            self._writer_done.set()
-
-    async def _commit(self, batch: list[_Request]) -> None:
-        env = self._require_env()
-
-        def run(txn: lmdb.Transaction) -> tuple[int, list[Any]]:
-            alloc = _SeqAlloc(self._next_seq)
-            results = [request.apply(txn, alloc) for request in batch]
-            return alloc.next, results
-
-        try:
-            with anyio.CancelScope(shield=True):
-                self._next_seq, results = await anyio.to_thread.run_sync(env.write, run)
-        except Exception as exc:  # every waiting writer learns why; nothing was committed
-            for request in batch:
-                request.error = exc
-        else:
-            for request, result in zip(batch, results, strict=True):
-                request.result = result
-        for request in batch:
-            request.done.set()
+    async def _submit(self, apply: Apply, count: int) -> Any:
+        return await self._writer.submit(apply, count)
 
     # ------------------------------------------------------------------ reading
 
@@ -494,61 +461,22 @@ class LmdbReplayStore:
                 embedder=self.embedder.name,
                 dim=self.embedder.dim,
                 map_size=env.map_size(),
-                index_covered_upto=self._ann.covered_upto if self._ann else 0,
+                index_covered_upto=self._index.covered_upto,
             )
 
         return await anyio.to_thread.run_sync(env.read, read)
 
     # ------------------------------------------------------------------ indexing
 
-    def _load_table(self) -> VectorTable:
-        table = VectorTable(self.embedder.dim)
-        self._extend_table(table)
-        return table
-
-    def _extend_table(self, table: VectorTable) -> None:
-        for key, value in self.iter_records("vectors", start=table.upto + 1, batch=5000):
-            table.add(_seq(key), vector_decoder.decode(value))
-
-    def _reconcile_index(self) -> None:
-        """Load the vectors and bring the usearch index in line with LMDB."""
-        table = self._load_table()
-        ann = AnnIndex.load(self.path, self.embedder.name, self.embedder.dim, self.config.ann, view=False)
-        if ann is not None:
-            covered = int(np.count_nonzero(~table.seqs_after(ann.covered_upto)))
-            if len(ann) != covered:
-                log.warning("the index at %s disagrees with LMDB (%d vs %d); rebuilding", self.path, len(ann), covered)
-                ann = None
-        with self._search_lock:
-            self._table, self._ann = table, ann
-            self._ann_saved_count = len(ann) if ann else 0
-            self._grow_ann()
-        self._save_ann()
-
-    def _grow_ann(self) -> None:
-        """Add new vectors to the usearch index once the store is large enough for one."""
-        table = self._table
-        assert table is not None
-        if self._ann is None:
-            if len(table) <= self.config.exact_threshold:
-                return
-            self._ann = AnnIndex(self.embedder.dim, self.config.ann)
-        seqs, matrix = table.matrix_after(self._ann.covered_upto)
-        self._ann.add(seqs, matrix, table.upto)
-
-    def _save_ann(self, *, force: bool = True) -> None:
-        with self._search_lock:
-            ann = self._ann
-            if ann is None or ann.readonly:
-                return
-            if not force and len(ann) - self._ann_saved_count < self.config.index_save_every:
-                return
-            if len(ann) == self._ann_saved_count and (self.path / "index.json").exists() and not force:
-                return
-            ann.save(self.path, self.embedder.name)
-            self._ann_saved_count = len(ann)
+    def _stored_vectors(self, after: int) -> Iterator[tuple[int, VectorEntry]]:
+        if "vectors" not in self._require_env().dbs:  # a reader of a store still being created
+            return
+        for key, value in self.iter_records("vectors", start=after + 1, batch=5000):
+            yield _seq(key), vector_decoder.decode(value)
 
     async def _index_loop(self) -> None:
+        if self.config.auto_index:
+            self._work.set()  # catch up with what an earlier run committed but did not index
         while True:
             await self._work.wait()
             self._work = anyio.Event()
@@ -569,22 +497,24 @@ class LmdbReplayStore:
         """
         self._require_writable()
         await self._index_pending()
-        await anyio.to_thread.run_sync(self._save_ann)
+        async with self._index_lock:
+            await anyio.to_thread.run_sync(self._index.save)
 
     async def _index_pending(self) -> None:
         async with self._index_lock:
             while not self._closed and await self._index_batch():
                 pass
+            await anyio.to_thread.run_sync(self._index.grow)
         self._index_error = None
 
     async def _index_batch(self) -> bool:
         """Embed the next batch of committed steps; ``False`` when none were left."""
         env = self._require_env()
         upto = self._embedded_upto
+        size = self.config.embed_batch_size
         rows = await anyio.to_thread.run_sync(
-            lambda: list(self.iter_records("steps", start=upto + 1, batch=self.config.embed_batch_size))
+            lambda: list(itertools.islice(self.iter_records("steps", start=upto + 1, batch=size), size))
         )
-        rows = rows[: self.config.embed_batch_size]
         if not rows:
             return False
         scanned = _seq(rows[-1][0])
@@ -609,7 +539,7 @@ class LmdbReplayStore:
             for i, (seq, step) in enumerate(chosen)
         ]
 
-        def apply(txn: lmdb.Transaction, alloc: _SeqAlloc) -> None:
+        def apply(txn: lmdb.Transaction, alloc: SeqAlloc) -> None:
             for seq, entry in entries:
                 txn.put(_key(seq), vector_encoder.encode(entry), db=env.db("vectors"))
             txn.put(b"embedded_upto", str(scanned).encode(), db=env.db("meta"))
@@ -618,15 +548,11 @@ class LmdbReplayStore:
         self._embedded_upto = scanned
 
         def extend() -> None:
-            with self._search_lock:
-                assert self._table is not None
-                for (seq, entry), vector in zip(entries, vectors, strict=True):
-                    self._table.add(seq, entry, vector)
-                self._table.upto = max(self._table.upto, scanned)
-                self._grow_ann()
+            self._index.add(entries, vectors, scanned)
+            self._index.grow()
+            self._index.save(force=False)
 
         await anyio.to_thread.run_sync(extend)
-        await anyio.to_thread.run_sync(lambda: self._save_ann(force=False))
         return True
 
     async def _transition_text(self, step: Step) -> str:
@@ -645,7 +571,7 @@ class LmdbReplayStore:
         env = self._require_env()
         async with self._index_lock:
 
-            def clear(txn: lmdb.Transaction, alloc: _SeqAlloc) -> None:
+            def clear(txn: lmdb.Transaction, alloc: SeqAlloc) -> None:
                 txn.drop(env.db("vectors"), delete=False)
                 txn.put(b"embedded_upto", b"0", db=env.db("meta"))
                 new = embedder or self.embedder
@@ -656,11 +582,7 @@ class LmdbReplayStore:
             if embedder is not None:
                 self._embedder = embedder
             self._embedded_upto = 0
-            with self._search_lock:
-                AnnIndex.remove_files(self.path)
-                self._table = VectorTable(self.embedder.dim)
-                self._ann = None
-                self._ann_saved_count = 0
+            self._index.reset(self.embedder.name, self.embedder.dim)
         await self.flush()
 
     # ------------------------------------------------------------------ search
@@ -703,63 +625,9 @@ class LmdbReplayStore:
             exclude_episodes=tuple(exclude_episodes),
             exclude_task_seeds=tuple(exclude_task_seeds),
         )
-        seqs, scores = await anyio.to_thread.run_sync(lambda: self._search(vector, k, filters))
+        seqs, scores = await anyio.to_thread.run_sync(lambda: self._index.search(vector, k, filters))
         steps = await self.get_steps(seqs)
         return [Neighbour(seq=q, score=s, step=st) for q, s, st in zip(seqs, scores, steps, strict=True)]
-
-    def _search(
-        self, vector: npt.NDArray[np.float32], k: int, filters: dict[str, Any]
-    ) -> tuple[list[int], list[float]]:
-        if self.readonly:
-            self._refresh_reader()
-        with self._search_lock:
-            table, ann = self._table, self._ann
-            assert table is not None
-            mask = table.mask(**filters)
-            candidates = len(table) if mask is None else int(np.count_nonzero(mask))
-            if ann is None or len(ann) == 0 or candidates <= self.config.exact_threshold:
-                return table.exact(vector, k, mask)
-            return _ann_search(table, ann, vector, k, mask)
-
-    def _refresh_reader(self) -> None:
-        """In a read-only store: load new vectors, and (re)open the index file's view."""
-        with self._search_lock:
-            if self._table is None:
-                self._table = VectorTable(self.embedder.dim)
-            if "vectors" in self._require_env().dbs:
-                self._extend_table(self._table)
-            meta = self.path / "index.json"
-            covered = self._ann.covered_upto if self._ann else -1
-            if meta.exists():
-                try:
-                    on_disk = int(msgspec.json.decode(meta.read_bytes())["covered_upto"])
-                except (OSError, msgspec.DecodeError, KeyError, ValueError):
-                    on_disk = covered
-                if on_disk != covered:
-                    ann = AnnIndex.load(self.path, self.embedder.name, self.embedder.dim, self.config.ann, view=True)
-                    self._ann = ann or self._ann
-
-
-def _ann_search(
-    table: VectorTable, ann: AnnIndex, vector: npt.NDArray[np.float32], k: int, mask: npt.NDArray[np.bool_] | None
-) -> tuple[list[int], list[float]]:
-    """Approximate search over what the index covers, exact over the rest, merged."""
-    count = k
-    while True:
-        keys, sims = ann.search(vector, min(count, len(ann)))
-        keep = table.passes(keys, mask)
-        if int(np.count_nonzero(keep)) >= k or count >= len(ann):
-            break
-        count *= 4
-    found = list(zip(sims[keep][:k].tolist(), keys[keep][:k].tolist(), strict=True))
-    after = table.seqs_after(ann.covered_upto)
-    rows = after if mask is None else after & mask
-    if rows.any():
-        seqs, scores = table.exact(vector, k, rows)
-        found.extend(zip(scores, seqs, strict=True))
-    found.sort(key=lambda pair: (-pair[0], pair[1]))
-    top = found[:k]
-    return [int(seq) for _, seq in top], [float(score) for score, _ in top]
 
 
 def _bump(txn: lmdb.Transaction, env: LmdbEnv, key: str, n: int) -> None:

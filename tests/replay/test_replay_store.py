@@ -11,6 +11,7 @@ from helpers import make_step
 
 from dreamgym.core import (
     BackendError,
+    ConfigError,
     EmbedderMismatchError,
     Episode,
     SchemaVersionError,
@@ -276,3 +277,29 @@ async def test_cancelled_appenders_leave_committed_steps_intact(tmp_path: Path) 
         stats = await store.stats()
         assert stats.last_seq >= len(committed)
         assert [s.step_index for s in await store.get_steps(committed)] == list(range(len(committed)))
+
+
+class CustomEmbedder:
+    """An embedder a store cannot rebuild from its name alone (like an HTTP endpoint)."""
+
+    name = "custom:endpoint"
+    dim = 64
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return await EMBEDDER.embed(texts)
+
+
+async def test_a_reader_needs_no_embedder_to_count_read_and_search_by_vector(tmp_path: Path) -> None:
+    async with LmdbReplayStore(tmp_path, embedder=CustomEmbedder()) as store:
+        assert await store.append([]) == []
+        await store.append([make_step(i) for i in range(4)])
+        await store.flush()
+    async with LmdbReplayStore(tmp_path, readonly=True) as reader:
+        assert (await reader.stats()).embedder == "custom:endpoint"
+        query = EMBEDDER.embed_sync([transition_text("", "click [e1]", make_step(2).observation.state)])[0]
+        assert (await reader.nearest(query, 1))[0].seq == 3
+        with pytest.raises(ConfigError, match="open it with that embedder"):
+            await reader.nearest("text needs the embedder", 1)
+    with pytest.raises(ConfigError, match="pass that embedder explicitly"):
+        async with LmdbReplayStore(tmp_path):
+            pass
