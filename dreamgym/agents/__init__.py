@@ -1,3 +1,7 @@
-"""dreamgym.agents — see DESIGN.md; filled in by its own issue."""
+"""Policies: an OpenAI-compatible chat agent, a local transformers policy that returns token ids and logprobs, scripted explorers.
+
+Filled in by its own issue; it builds on ``dreamgym.core`` and talks to its siblings only through
+the protocols there.
+"""
 
 __all__: list[str] = []

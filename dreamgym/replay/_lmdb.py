@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -154,9 +155,15 @@ class LmdbEnv:
             except lmdb.MapResizedError:
                 self._adopt_map_size()
             except lmdb.Error as exc:
-                if _is_disk_full(exc):
-                    raise StoreFullError(f"the disk holding {self.path} is full; free space and retry") from exc
+                if self._disk_is_full(exc):
+                    raise StoreFullError(
+                        f"the disk holding {self.path} is full ({shutil.disk_usage(self.path).free} bytes free); "
+                        "free space and retry: nothing of this write was committed"
+                    ) from exc
                 raise StoreError(f"write to the store at {self.path} failed: {exc}") from exc
+
+    def _disk_is_full(self, exc: lmdb.Error) -> bool:
+        return _disk_full(self.path, exc)
 
     def map_size(self) -> int:
         return int(self.env.info()["map_size"])
@@ -179,8 +186,15 @@ class LmdbEnv:
             _open_paths.discard(self.path)
 
 
-def _is_disk_full(exc: lmdb.Error) -> bool:
-    code = getattr(exc, "errno", None)
-    if code is None and exc.args and isinstance(exc.args[-1], int):
-        code = exc.args[-1]
-    return code == errno.ENOSPC
+FULL_DISK_BYTES = 64 << 20
+"""LMDB reports a failed page write as EIO, without saying why. A write error on
+a filesystem with less free space than this is reported as a full disk."""
+
+
+def _disk_full(path: Path, exc: lmdb.Error) -> bool:
+    if getattr(exc, "errno", None) == errno.ENOSPC:
+        return True
+    try:
+        return shutil.disk_usage(path).free < FULL_DISK_BYTES
+    except OSError:
+        return False

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -12,16 +16,20 @@ from helpers import make_step
 from dreamgym.core import (
     BackendError,
     ConfigError,
+    Embedder,
     EmbedderMismatchError,
     Episode,
+    ReplayStore,
     SchemaVersionError,
     StoreClosedError,
     StoreError,
+    StoreFullError,
     StoreLockedError,
     Task,
     encode_record,
 )
 from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig, transition_text
+from dreamgym.replay._lmdb import LmdbEnv
 
 pytestmark = pytest.mark.anyio
 
@@ -303,3 +311,57 @@ async def test_a_reader_needs_no_embedder_to_count_read_and_search_by_vector(tmp
     with pytest.raises(ConfigError, match="pass that embedder explicitly"):
         async with LmdbReplayStore(tmp_path):
             pass
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (needs root, as on CI machines); skipped where mounting is not allowed."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+async def test_a_full_disk_fails_the_write_and_keeps_every_commit(tiny_disk: Path) -> None:
+    committed: list[int] = []
+    async with store_at(tiny_disk / "store", map_size=1 << 16, auto_index=False) as store:
+        with pytest.raises(StoreFullError, match="free space and retry"):
+            for i in range(2000):
+                committed += await store.append([make_step(i, state="text: " + "x" * 3000)])
+        assert committed
+        assert (await store.stats()).last_seq == len(committed)  # the failed write committed nothing
+        assert [s.step_index for s in await store.get_steps(committed)] == list(range(len(committed)))
+    async with store_at(tiny_disk / "store") as store:  # and the store reopens intact
+        assert (await store.stats()).last_seq == len(committed)
+
+
+def test_a_forked_child_cannot_use_the_parents_environment(tmp_path: Path) -> None:
+    env = LmdbEnv(tmp_path, readonly=False, map_size=1 << 20, sync=False)
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: exactly what is refused
+        pid = os.fork()
+    if pid == 0:  # the child: must be refused, never touch the parent's LMDB handle
+        try:
+            env.read(lambda txn: None)
+            os.write(write_end, b"used")
+        except StoreError:
+            os.write(write_end, b"refused")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read_end, 16) == b"refused"
+    os.close(read_end)
+    os.close(write_end)
+    env.close()
+
+
+async def test_the_store_and_embedders_implement_the_core_protocols(tmp_path: Path) -> None:
+    async with store_at(tmp_path) as store:
+        assert isinstance(store, ReplayStore)
+    assert isinstance(EMBEDDER, Embedder)
+    assert isinstance(CustomEmbedder(), Embedder)
