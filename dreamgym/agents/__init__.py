@@ -1,4 +1,4 @@
-"""Policies: an OpenAI-compatible chat agent, a local transformers policy that returns token ids and logprobs, scripted explorers.
+"""Policies: an OpenAI-compatible chat agent, a local transformers policy with token records, scripted explorers.
 
 Filled in by its own issue; it builds on ``dreamgym.core`` and talks to its siblings only through
 the protocols there.

@@ -74,11 +74,13 @@ class ActionSpec:
 ACTIONS: dict[str, ActionSpec] = {}
 """Every action by name, in the order prompts list them."""
 
-_ELEMENT = r"\[([A-Za-z0-9_.:-]+)\]"
-_FREE = r"\[(.*)\]"
+_ELEMENT = r" \[([A-Za-z0-9_.:-]+)\]"
+_FREE = r" \[(.*)\]"
 
 
 def _action(*arg_patterns: str, name: str | None = None) -> Callable[[Callable[..., Action]], Callable[..., Action]]:
+    """Register a builder; each pattern matches one ``" [arg]"`` (optional ones say so themselves)."""
+
     def register(builder: Callable[..., Action]) -> Callable[..., Action]:
         doc = inspect.getdoc(builder) or ""
         description, _, example_block = doc.partition("Examples:")
@@ -88,7 +90,7 @@ def _action(*arg_patterns: str, name: str | None = None) -> Callable[[Callable[.
             params=params,
             description=" ".join(description.split()),
             examples=tuple(line.strip() for line in example_block.strip().splitlines() if line.strip()),
-            pattern=re.compile("".join(" " + p for p in arg_patterns)),
+            pattern=re.compile("".join(arg_patterns)),
             builder=builder,
         )
         ACTIONS[spec.name] = spec
@@ -110,7 +112,8 @@ def click(element: str) -> Action:
     return Action(name="click", args=(element,))
 
 
-@_action(_ELEMENT, r"\[(.*)\]", r"\[([01])\]", name="type")
+# Lazy text, so that a trailing [0] or [1] is read as the flag; text may hold "]".
+@_action(_ELEMENT, r" \[(.*?)\]", r"(?: \[([01])\])?", name="type")
 def type_text(element: str, text: str, press_enter_after: str = "1") -> Action:
     """Type text into the field with this id, replacing its content; then press Enter unless press_enter_after is 0.
 
@@ -133,7 +136,7 @@ def hover(element: str) -> Action:
     return Action(name="hover", args=(element,))
 
 
-@_action(r"\[([^\]]+)\]")
+@_action(r" \[([^\]]+)\]")
 def press(key_comb: str) -> Action:
     """Press a key or key combination (Playwright key names joined by +).
 
@@ -144,7 +147,7 @@ def press(key_comb: str) -> Action:
     return Action(name="press", args=(key_comb,))
 
 
-@_action(r"\[(up|down)\]")
+@_action(r" \[(up|down)\]")
 def scroll(direction: str) -> Action:
     """Scroll the page up or down.
 
@@ -174,7 +177,7 @@ def new_tab() -> Action:
     return Action(name="new_tab")
 
 
-@_action(r"\[(\d+)\]")
+@_action(r" \[(\d+)\]")
 def tab_focus(tab_index: str) -> Action:
     """Switch to the tab with this index (0 is the first).
 
@@ -224,7 +227,7 @@ def go_forward() -> Action:
     return Action(name="go_forward")
 
 
-@_action(_FREE)
+@_action(r"(?: \[(.*)\])?")
 def stop(answer: str = "") -> Action:
     """End the episode; give the answer if the task asks a question, else leave the brackets empty.
 
@@ -257,17 +260,13 @@ def parse_action(text: str) -> Action:
     if spec is None:
         raise ActionParseError(f"unknown action {name_match.group()!r}; {_known()}")
     rest, label = body[name_match.end() :], ""
-    if (label_match := _LABEL.search(rest)) is not None and not spec.pattern.fullmatch(rest):
+    if (label_match := _LABEL.search(rest)) is not None:
         label = json.loads(label_match.group(1))
         rest = rest[: label_match.start()]
     args = spec.pattern.fullmatch(rest)
-    if args is None and spec.name == "type":
-        args = re.fullmatch(r" " + _ELEMENT + r" " + _FREE, rest)  # press_enter_after defaults to 1
-    if args is None and spec.name == "stop" and rest == "":
-        args = re.fullmatch("()", "")
     if args is None:
         raise ActionParseError(f"{_short(text)} does not match {spec.signature()!r}, e.g. {spec.examples[0]!r}")
-    action = spec.builder(*args.groups())
+    action = spec.builder(*(arg for arg in args.groups() if arg is not None))  # absent optionals take defaults
     return Action(name=action.name, args=action.args, label=label, raw=text)
 
 

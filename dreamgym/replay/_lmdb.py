@@ -97,7 +97,9 @@ class LmdbEnv:
         try:
             return lmdb.open(
                 str(self.path),
-                map_size=map_size,
+                # A reader maps what the writer recorded and follows its growth
+                # through MapResizedError; asking for more would only hide that path.
+                map_size=1 << 16 if readonly else map_size,
                 max_dbs=len(DATABASES) + 4,
                 readonly=readonly,
                 sync=sync,

@@ -1,4 +1,4 @@
-"""The synthetic side: the reasoning experience model (prompts, parsing, backends), SimulatedEnv, experience-model SFT and the curriculum.
+"""The synthetic side: the reasoning experience model, SimulatedEnv, experience-model SFT, the curriculum.
 
 Filled in by its own issue; it builds on ``dreamgym.core`` and talks to its siblings only through
 the protocols there.

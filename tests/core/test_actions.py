@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dreamgym.core import (
     ACTIONS,
+    Action,
     ActionParseError,
     candidate_actions,
     describe_actions,
@@ -12,6 +15,7 @@ from dreamgym.core import (
     quoted_spans,
     try_parse_action,
 )
+from dreamgym.core.actions import click, goto, select, stop, type_text
 
 
 @pytest.mark.parametrize(
@@ -126,3 +130,29 @@ def test_candidates_without_quotes_or_scrolling() -> None:
     page = parse_state('[e1] searchbox "Search"')
     both = candidate_actions(page, 'Search for "shoes"', include_scroll=False, press_enter_after=("0", "1"))
     assert [str(a) for a in both] == ['type [e1] [shoes] [0] "Search"', 'type [e1] [shoes] [1] "Search"']
+
+
+_free_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zl", "Zp")), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["type", "select", "goto", "stop", "click"]),
+    st.from_regex(r"[A-Za-z0-9_.:-]{1,6}", fullmatch=True),
+    _free_text,
+    st.sampled_from(["0", "1"]),
+    _free_text,
+)
+def test_built_actions_survive_their_text_form(name: str, element: str, text: str, flag: str, label: str) -> None:
+    build = {
+        "type": lambda: type_text(element, text, flag),
+        "select": lambda: select(element, text),
+        "goto": lambda: goto(text),
+        "stop": lambda: stop(text),
+        "click": lambda: click(element),
+    }[name]
+    action = build()
+    labelled = Action(name=action.name, args=action.args, label=label)
+    for variant in (action, labelled):
+        parsed = parse_action(str(variant))
+        assert (parsed.name, parsed.args, parsed.label) == (variant.name, variant.args, variant.label)
