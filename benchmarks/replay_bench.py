@@ -21,6 +21,7 @@ Figures:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -188,7 +189,8 @@ def run_ingest(work: Path, n: int, minilm_n: int) -> None:
 
 
 def minilm_vectors(texts: list[str], tag: str) -> np.ndarray:
-    path = CACHE / f"minilm-{tag}-{len(texts)}.npy"
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:12]  # the texts, not just their count
+    path = CACHE / f"minilm-{tag}-{len(texts)}-{digest}.npy"
     if path.exists():
         return np.load(path)
     vectors = MiniLMEmbedder().embed_sync(texts)
