@@ -95,6 +95,10 @@ class Observation(Record, tag="observation", frozen=True):
     """Why the previous action could not be carried out; empty when it was."""
     cut_note: str = ""
     """What the length cap removed from ``state``; empty when nothing was cut."""
+    goal: str = ""
+    """The goal as this episode's page states it, where a task draws a new one per
+    seed (MiniWoB's utterance); empty when ``Task.instruction`` says it all.
+    Policies read ``observation.goal or task.instruction``."""
 
 
 class Action(Record, tag="action", frozen=True):
@@ -283,9 +287,10 @@ def record_from_json(data: bytes | str, kind: type[R] | None = None) -> R:
 
 
 def observation_hash(observation: Observation) -> str:
-    """A stable hex digest of what the policy sees (state, URL, tabs)."""
+    """A stable hex digest of what the policy sees (state, goal, URL, tabs)."""
     digest = hashlib.sha256()
-    for part in (observation.state, observation.url, *observation.tabs, str(observation.active_tab)):
+    parts = (observation.state, observation.goal, observation.url, *observation.tabs, str(observation.active_tab))
+    for part in parts:
         digest.update(part.encode())
         digest.update(b"\x00")
     return digest.hexdigest()[:32]

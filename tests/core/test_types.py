@@ -31,6 +31,7 @@ OBS = Observation(
     focused_id="e1",
     last_action_error="element e9 not found",
     cut_note="cut 12 lines",
+    goal='Click on the "no" button.',
 )
 RECORDS = [
     Task(

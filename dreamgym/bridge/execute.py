@@ -1,0 +1,199 @@
+"""Carrying out ``core``'s actions on a live page.
+
+Every failure an agent can cause (an unknown id, an element that cannot be
+clicked, an option that is not there, a URL outside the allowed origins)
+comes back as the text of ``last_action_error``. Only a page or browser that
+is gone raises :class:`PageGone`, which ends the episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dreamgym.bridge.allowlist import Allowlist
+from dreamgym.bridge.capture import RefMap
+from dreamgym.core.types import Action
+
+if TYPE_CHECKING:
+    from playwright.async_api import BrowserContext, Locator, Page
+
+__all__ = ["PageGone", "Tabs", "execute_action"]
+
+
+class PageGone(Exception):
+    """The page or its browser is gone (crashed, killed, closed)."""
+
+
+@dataclass
+class Tabs:
+    """The episode's open pages and which one the agent acts on."""
+
+    context: BrowserContext
+    pages: list[Page] = field(default_factory=list)
+    active: int = 0
+
+    @property
+    def page(self) -> Page:
+        return self.pages[self.active]
+
+    def sync(self) -> None:
+        """Pick up tabs the page opened itself (pop-ups) and forget closed ones."""
+        current = self.page if self.pages else None
+        self.pages = [p for p in self.context.pages if not p.is_closed()]
+        if current is not None and current in self.pages:
+            self.active = self.pages.index(current)
+        else:
+            self.active = max(0, len(self.pages) - 1)
+
+
+async def execute_action(action: Action, tabs: Tabs, refs: RefMap, *, timeout_ms: float, allowed: Allowlist) -> str:
+    """Carry out ``action``; returns ``""`` or why it could not be done.
+
+    ``stop`` does nothing here (the environment ends the episode).
+
+    Raises:
+        PageGone: The page or the browser died while acting.
+    """
+    from playwright.async_api import Error as PlaywrightError
+
+    if action.is_invalid:
+        return action.error or f"not an action: {action.raw!r}"
+    try:
+        return await _ACTIONS[action.name](action, tabs, refs, timeout_ms, allowed)
+    except PlaywrightError as exc:
+        if tabs.page.is_closed() or not tabs.context.browser or not tabs.context.browser.is_connected():
+            raise PageGone(str(exc).splitlines()[0]) from exc
+        return f"{action} failed: {_first_line(exc)}"
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _locate(action: Action, tabs: Tabs, refs: RefMap) -> Locator | str:
+    element = action.args[0]
+    ref = refs.ref(element)
+    if ref is None:
+        return f"there is no element [{element}] on the page; use the ids of the latest observation"
+    return tabs.page.locator(f"aria-ref={ref}")
+
+
+async def _click(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    target = _locate(action, tabs, refs)
+    if isinstance(target, str):
+        return target
+    await target.click(timeout=timeout)
+    return ""
+
+
+async def _hover(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    target = _locate(action, tabs, refs)
+    if isinstance(target, str):
+        return target
+    await target.hover(timeout=timeout)
+    return ""
+
+
+async def _type(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    target = _locate(action, tabs, refs)
+    if isinstance(target, str):
+        return target
+    await target.fill(action.args[1], timeout=timeout)
+    if action.args[2] == "1":
+        await target.press("Enter", timeout=timeout)
+    return ""
+
+
+async def _select(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    target = _locate(action, tabs, refs)
+    if isinstance(target, str):
+        return target
+    from playwright.async_api import Error as PlaywrightError
+
+    option = action.args[1]
+    try:
+        await target.select_option(label=option, timeout=timeout)
+    except PlaywrightError:
+        await target.select_option(value=option, timeout=timeout)  # the option's value, as a fallback
+    return ""
+
+
+async def _press(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    await tabs.page.keyboard.press(action.args[0])
+    return ""
+
+
+async def _scroll(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    size = tabs.page.viewport_size or {"height": 720}
+    delta = size["height"] * 0.8 * (1 if action.args[0] == "down" else -1)
+    await tabs.page.mouse.wheel(0, delta)
+    return ""
+
+
+async def _goto(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    url = action.args[0]
+    if not allowed.allows(url):
+        return f"goto [{url}] is outside the task's allowed sites"
+    await tabs.page.goto(url, timeout=timeout, wait_until="domcontentloaded")
+    return ""
+
+
+async def _go_back(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    if await tabs.page.go_back(timeout=timeout, wait_until="domcontentloaded") is None:
+        return "there is no previous page in this tab"
+    return ""
+
+
+async def _go_forward(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    if await tabs.page.go_forward(timeout=timeout, wait_until="domcontentloaded") is None:
+        return "there is no next page in this tab"
+    return ""
+
+
+async def _new_tab(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    page = await tabs.context.new_page()
+    tabs.sync()
+    tabs.active = tabs.pages.index(page)
+    return ""
+
+
+async def _tab_focus(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    index = int(action.args[0])
+    if not 0 <= index < len(tabs.pages):
+        return f"there is no tab {index}; tabs are numbered 0 to {len(tabs.pages) - 1}"
+    tabs.active = index
+    await tabs.page.bring_to_front()
+    return ""
+
+
+async def _close_tab(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    if len(tabs.pages) == 1:
+        return "cannot close the last tab"
+    closing = tabs.page
+    await closing.close()
+    tabs.sync()
+    await tabs.page.bring_to_front()
+    return ""
+
+
+async def _stop(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    return ""
+
+
+_ACTIONS = {
+    "click": _click,
+    "hover": _hover,
+    "type": _type,
+    "select": _select,
+    "press": _press,
+    "scroll": _scroll,
+    "goto": _goto,
+    "go_back": _go_back,
+    "go_forward": _go_forward,
+    "new_tab": _new_tab,
+    "tab_focus": _tab_focus,
+    "close_tab": _close_tab,
+    "stop": _stop,
+}

@@ -1,0 +1,246 @@
+"""MiniWoB++ on live pages: the 130 tasks of the ``miniwob`` package plus its four flight sites.
+
+Pages are served by a small HTTP server on 127.0.0.1 that this site runs (the
+flight tasks need http, and one origin for all tasks keeps the allowlist
+simple). An episode is seeded with ``Math.seedrandom(seed)`` and started with
+``core.startEpisodeReal()``; its utterance becomes ``Observation.goal``.
+
+Reward: 1 iff the page's *raw* reward is positive when the task ends, else 0.
+MiniWoB's own reward decays with wall-clock time, which would punish a slow
+CPU policy for the machine's speed, so the page's time limit is set out of
+reach and the environment's step limit bounds episodes instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym.bridge.allowlist import Allowlist
+from dreamgym.core.errors import BackendError, ConfigError
+from dreamgym.core.types import Task
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+__all__ = ["EXCLUDED", "FLIGHT_TASKS", "NONDETERMINISTIC", "MiniWobSite", "all_tasks", "miniwob_html", "text_tasks"]
+
+log = logging.getLogger(__name__)
+
+FLIGHT_TASKS = ("flight.AA", "flight.Alaska", "flight.Alaska-auto", "flight.Alaska-auto-medium")
+
+EXCLUDED: dict[str, str] = {
+    **{
+        name: "needs dragging"
+        for name in (
+            "drag-box",
+            "drag-circle",
+            "drag-cube",
+            "drag-items",
+            "drag-items-grid",
+            "drag-shapes",
+            "drag-shapes-2",
+            "drag-single-shape",
+            "drag-sort-numbers",
+            "resize-textarea",
+            "use-slider",
+            "use-slider-2",
+        )
+    },
+    **{
+        name: "needs drawing or clicking at coordinates"
+        for name in (
+            "draw-circle",
+            "draw-line",
+            "bisect-angle",
+            "circle-center",
+            "find-midpoint",
+            "right-angle",
+            "use-colorwheel",
+            "use-colorwheel-2",
+        )
+    },
+    **{
+        name: "the answer is only visible as shapes or colours"
+        for name in (
+            "click-shape",
+            "click-pie",
+            "click-pie-nodelay",
+            "click-color",
+            "count-shape",
+            "count-sides",
+            "identify-shape",
+            "visual-addition",
+            "grid-coordinate",
+            "hover-shape",
+            "simon-says",
+            "click-shades",
+        )
+    },
+    **{name: "needs text selection" for name in ("highlight-text", "highlight-text-2", "text-editor")},
+    **{name: "moving targets or wall-clock timing" for name in ("chase-circle", "moving-items", "stock-market")},
+    "click-scroll-list": "needs multi-selection with modifier keys",
+}
+"""Tasks the text action space cannot solve, with the reason."""
+
+NONDETERMINISTIC = frozenset(
+    {
+        "book-flight",
+        "book-flight-nodelay",
+        "choose-date",
+        "choose-date-easy",
+        "choose-date-medium",
+        "choose-date-nodelay",
+        "daily-calendar",
+        "enter-date",
+        "enter-time",
+        *FLIGHT_TASKS,
+    }
+)
+"""Tasks whose pages depend on today's date or the clock, so a seed does not fix them."""
+
+
+def miniwob_html() -> Path:
+    """The ``html`` directory of the installed ``miniwob`` package.
+
+    Raises:
+        ConfigError: The package is not installed.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("MiniWoB++ needs the package miniwob (pip install miniwob)")
+    return Path(next(iter(spec.submodule_search_locations))) / "html"
+
+
+def all_tasks() -> tuple[str, ...]:
+    """Every MiniWoB++ task name the package ships (130 pages and 4 flight sites)."""
+    pages = sorted(path.stem for path in (miniwob_html() / "miniwob").glob("*.html"))
+    return (*pages, *FLIGHT_TASKS)
+
+
+def text_tasks(*, deterministic_only: bool = False) -> tuple[str, ...]:
+    """The manifest of text-solvable tasks; default task sets use only these."""
+    names = [name for name in all_tasks() if name not in EXCLUDED]
+    if deterministic_only:
+        names = [name for name in names if name not in NONDETERMINISTIC]
+    return tuple(names)
+
+
+def _page_path(name: str) -> str:
+    if name.startswith("flight."):
+        return "flight/" + name.split(".", 1)[1] + "/wrapper.html"
+    return f"miniwob/{name}.html"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+_START = """(seed) => {
+    if (!document.getElementById('dreamgym-hide')) {
+        // MiniWoB's own scoreboard and click canvas are not part of the task.
+        const style = document.createElement('style');
+        style.id = 'dreamgym-hide';
+        style.textContent = '#reward-display, #click-canvas, #sync-task-cover { display: none !important; }';
+        document.head.appendChild(style);
+    }
+    Math.seedrandom(seed);
+    core.EPISODE_MAX_TIME = 1e9;
+    core.startEpisodeReal();
+}"""
+_OUTCOME = "() => [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL]"
+
+
+class MiniWobSite:
+    """The ``miniwob`` site; ``task(name)`` makes its tasks. Close it to stop its server."""
+
+    name = "miniwob"
+
+    def __init__(self, html_dir: Path | None = None) -> None:
+        self.html_dir = html_dir or miniwob_html()
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/``, starting the page server on first use."""
+        with self._lock:
+            if self._server is None:
+                handler = functools.partial(_QuietHandler, directory=str(self.html_dir))
+                self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+                self._thread = threading.Thread(target=self._server.serve_forever, name="miniwob-http", daemon=True)
+                self._thread.start()
+            return f"http://127.0.0.1:{self._server.server_address[1]}/"
+
+    def task(self, name: str, *, max_steps: int = 0) -> Task:
+        """The task ``miniwob/<name>``; its goal is drawn per seed (``Observation.goal``).
+
+        Raises:
+            ConfigError: No such task, or one the text action space cannot solve.
+        """
+        if name in EXCLUDED:
+            raise ConfigError(f"MiniWoB task {name!r} is excluded: {EXCLUDED[name]}")
+        if name not in all_tasks():
+            raise ConfigError(f"no MiniWoB task {name!r}")
+        return Task(
+            task_id=f"miniwob/{name}",
+            instruction=f"Do what the page asks (MiniWoB++ {name}).",
+            site="miniwob",
+            benchmark="miniwob",
+            max_steps=max_steps,
+            config_json=f'{{"page": "{_page_path(name)}"}}',
+        )
+
+    def url(self, task: Task) -> str:
+        return self.base_url + _page_path(task.task_id.removeprefix("miniwob/"))
+
+    def allowlist(self, task: Task) -> Allowlist:
+        return Allowlist.of([self.base_url])
+
+    def capture_root(self, task: Task) -> str | None:
+        return None  # dialogs live outside #wrap; the scoreboard is hidden instead
+
+    def can_reuse(self, page: Page, task: Task) -> bool:
+        return page.url.startswith(self.base_url)  # the same server: start() navigates if needed
+
+    async def start(self, page: Page, task: Task, seed: int | None) -> str:
+        url = self.url(task)
+        if page.url != url:
+            await page.goto(url, wait_until="load")
+        await page.evaluate(_START, seed)
+        await page.wait_for_function("() => WOB_TASK_READY === true")
+        goal = await page.evaluate("() => core.getUtterance()")
+        if isinstance(goal, dict):  # natural-language tasks answer {utterance, fields}
+            goal = goal.get("utterance")
+        if not isinstance(goal, str):
+            raise BackendError(f"{task.task_id} gave no utterance")
+        return goal
+
+    async def outcome(self, page: Page, task: Task) -> tuple[float, bool]:
+        done, raw = await page.evaluate(_OUTCOME)
+        return (1.0 if done and raw > 0 else 0.0), bool(done)
+
+    async def evaluate(self, page: Page, task: Task, answer: str) -> float:
+        reward, _ = await self.outcome(page, task)
+        return reward
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the page server; calling it again does nothing."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            if self._thread is not None:
+                self._thread.join()

@@ -1,0 +1,181 @@
+"""MiniWoB++ through BrowserEnv in real Chromium: rewards, demonstrators, determinism, crashes."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+import anyio
+import pytest
+
+from dreamgym.bridge import (
+    DEMONSTRATORS,
+    EXCLUDED,
+    NONDETERMINISTIC,
+    BrowserConfig,
+    BrowserEnv,
+    BrowserPool,
+    MiniWobDemonstrator,
+    MiniWobSite,
+    all_tasks,
+    text_tasks,
+)
+from dreamgym.core import (
+    ConfigError,
+    Observation,
+    Step,
+    Task,
+    candidate_actions,
+    check_environment,
+    parse_action,
+    parse_state,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def test_the_manifest_covers_every_task_and_excludes_each_for_a_reason(miniwob: MiniWobSite) -> None:
+    names = all_tasks()
+    assert len(names) == 134  # 130 pages + 4 flight sites
+    assert set(EXCLUDED) <= set(names)
+    assert set(text_tasks()) == set(names) - set(EXCLUDED)
+    assert all(reason for reason in EXCLUDED.values())
+    assert not set(text_tasks(deterministic_only=True)) & NONDETERMINISTIC
+    with pytest.raises(ConfigError, match="needs dragging"):
+        miniwob.task("drag-box")
+    with pytest.raises(ConfigError, match="no MiniWoB task"):
+        miniwob.task("no-such-task")
+
+
+async def run_episode(env: BrowserEnv, task: Task, seed: int, choose: object, max_steps: int = 10) -> float:
+    observation = await env.reset(task, seed=seed)
+    history: list[Step] = []
+    for index in range(max_steps):
+        action = await choose(task, history, observation)  # type: ignore[operator]
+        result = await env.step(action)
+        history.append(
+            Step(
+                source="real",
+                task_id=task.task_id,
+                episode_id="e",
+                step_index=index,
+                observation=observation,
+                action=action,
+                next_observation=result.observation,
+                reward=result.reward,
+                terminated=result.terminated,
+                truncated=result.truncated,
+                truncation_reason=result.truncation_reason,
+            )
+        )
+        observation = result.observation
+        if result.terminated or result.truncated:
+            return result.reward
+    return 0.0
+
+
+async def test_demonstrators_reach_reward_1_on_every_task_they_solve(pool: BrowserPool, miniwob: MiniWobSite) -> None:
+    assert len(DEMONSTRATORS) >= 15
+    demonstrator = MiniWobDemonstrator()
+
+    async def choose(task: Task, history: list[Step], observation: Observation) -> object:
+        return (await demonstrator.act(task, history, observation)).action
+
+    env = BrowserEnv(pool, sites=[miniwob])
+    for name in DEMONSTRATORS:
+        for seed in (0, 1):
+            reward = await run_episode(env, miniwob.task(name), seed, choose)
+            assert reward == 1.0, f"{name} seed {seed}"
+    await env.aclose()
+
+
+async def test_random_valid_actions_rarely_succeed(pool: BrowserPool, miniwob: MiniWobSite) -> None:
+    rng = random.Random(0)
+
+    async def choose(task: Task, history: list[Step], observation: Observation) -> object:
+        return rng.choice(candidate_actions(parse_state(observation.state), observation.goal))
+
+    env = BrowserEnv(pool, sites=[miniwob])
+    solved = {name: 0 for name in DEMONSTRATORS}
+    for name in DEMONSTRATORS:
+        for seed in (0, 1):
+            solved[name] += int(await run_episode(env, miniwob.task(name), seed, choose, max_steps=6))
+    await env.aclose()
+    episodes = 2 * len(DEMONSTRATORS)
+    assert sum(solved.values()) <= episodes // 3, solved
+    assert sum(1 for wins in solved.values() if wins == 0) >= len(DEMONSTRATORS) // 2, solved
+
+
+DETERMINISTIC = [n for n in text_tasks(deterministic_only=True) if not n.startswith("flight.")][:40:2]
+
+
+async def test_the_same_task_and_seed_give_byte_identical_observations(pool: BrowserPool, miniwob: MiniWobSite) -> None:
+    assert len(DETERMINISTIC) >= 15
+    env, fresh = BrowserEnv(pool, sites=[miniwob]), BrowserEnv(pool, sites=[miniwob])
+    differing = 0
+    for name in DETERMINISTIC:
+        task = miniwob.task(name)
+        first = await env.reset(task, seed=7)
+        again = await env.reset(task, seed=7)  # the same page, reset in place
+        elsewhere = await fresh.reset(task, seed=7)  # another context from scratch
+        assert first == again == elsewhere, name
+        assert first.goal, name
+        other = await env.reset(task, seed=8)
+        differing += (other.state, other.goal) != (first.state, first.goal)
+    assert differing >= len(DETERMINISTIC) - 3  # a few tasks barely depend on the seed
+    await env.aclose()
+    await fresh.aclose()
+
+
+async def test_miniwob_passes_check_environment(pool: BrowserPool, miniwob: MiniWobSite) -> None:
+    await check_environment(BrowserEnv(pool, sites=[miniwob]), miniwob.task("click-checkboxes"), seed=3)
+
+
+async def test_the_step_limit_ends_a_miniwob_episode_the_page_would_not(
+    pool: BrowserPool, miniwob: MiniWobSite
+) -> None:
+    env = BrowserEnv(pool, sites=[miniwob])
+    await env.reset(miniwob.task("enter-text", max_steps=3), seed=0)
+    results = [await env.step(parse_action("scroll [down]")) for _ in range(3)]
+    assert [r.truncated for r in results] == [False, False, True]
+    assert results[-1].truncation_reason == "step_limit" and results[-1].reward == 0.0
+    await env.aclose()
+
+
+async def test_killing_one_of_two_browsers_ends_only_its_episode(miniwob: MiniWobSite) -> None:
+    async with BrowserPool(BrowserConfig(processes=2, max_contexts=4)) as pool:
+        first, second = BrowserEnv(pool, sites=[miniwob]), BrowserEnv(pool, sites=[miniwob])
+        task = miniwob.task("click-checkboxes")
+        await first.reset(task, seed=1)
+        await second.reset(task, seed=2)
+        browsers = {first._episode.lease.browser_index, second._episode.lease.browser_index}  # type: ignore[union-attr]
+        assert browsers == {0, 1}  # the pool spread the episodes over both processes
+        victim = first._episode.lease.browser_index  # type: ignore[union-attr]
+        pid = (await pool.pids())[victim]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(30):
+            cut = await first.step(parse_action("scroll [down]"))
+        assert cut.truncated and cut.truncation_reason == "browser_crashed"
+        ongoing = await second.step(parse_action("scroll [down]"))  # the other browser's episode goes on
+        assert not ongoing.truncated and ongoing.observation.last_action_error == ""
+        launches = pool.launches
+        restarted = await first.reset(task, seed=1)  # the pool relaunches the dead browser
+        assert restarted.goal and pool.launches == launches + 1
+        await first.aclose()
+        await second.aclose()
+
+
+@pytest.mark.slow
+async def test_every_text_solvable_task_starts_and_takes_a_valid_action(
+    pool: BrowserPool, miniwob: MiniWobSite
+) -> None:
+    env = BrowserEnv(pool, sites=[miniwob])
+    for name in text_tasks():
+        observation = await env.reset(miniwob.task(name), seed=0)
+        assert observation.goal, name
+        candidates = candidate_actions(parse_state(observation.state), observation.goal)
+        result = await env.step(candidates[0])
+        assert isinstance(result.observation, Observation), name
+    await env.aclose()
