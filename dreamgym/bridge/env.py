@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -104,6 +105,7 @@ class BrowserEnv:
         self.config = config or EnvConfig()
         self.sites: dict[str, Site] = {site.name: site for site in (GenericSite(), *sites)}
         self._episode: _Episode | None = None
+        self._titles: weakref.WeakKeyDictionary[Page, tuple[str, str]] = weakref.WeakKeyDictionary()
         self.seed: int | None = None
         """The seed of the current episode (drawn at random when reset got none)."""
 
@@ -242,11 +244,19 @@ class BrowserEnv:
         if self.config.settle_s:
             await anyio.sleep(self.config.settle_s)
         page, task = episode.tabs.page, episode.task
-        if action.name == "stop" and not error:
-            reward, terminated = await episode.site.evaluate(page, task, action.args[0]), True
-        else:
-            reward, terminated = await episode.site.outcome(page, task)
-        return reward, terminated, await self._observe(episode, error)
+        outcome: list[tuple[float, bool]] = []
+
+        async def judge() -> None:
+            if action.name == "stop" and not error:
+                outcome.append((await episode.site.evaluate(page, task, action.args[0]), True))
+            else:
+                outcome.append(await episode.site.outcome(page, task))
+
+        async with anyio.create_task_group() as tg:  # two independent round trips to the page, at once
+            tg.start_soon(judge)
+            observation = await self._observe(episode, error)
+        reward, terminated = outcome[0]
+        return reward, terminated, observation
 
     def _gone_reason(self, episode: _Episode) -> str:
         return "page_crashed" if episode.lease.browser_alive else "browser_crashed"
@@ -299,13 +309,22 @@ class BrowserEnv:
         return Observation(
             state=captured.text,
             url=page.url,
-            tabs=tuple([await p.title() or p.url for p in episode.tabs.pages]),
+            tabs=tuple([await self._title(p) for p in episode.tabs.pages]),
             active_tab=episode.tabs.active,
             focused_id=captured.focused_id,
             last_action_error="; ".join(messages),
             cut_note=captured.cut_note,
             goal=episode.goal,
         )
+
+    async def _title(self, page: Page) -> str:
+        """A tab's title (or URL), asked of the page only when its URL changed since last time."""
+        cached = self._titles.get(page)
+        if cached is not None and cached[0] == page.url:
+            return cached[1]
+        title = await page.title() or page.url
+        self._titles[page] = (page.url, title)
+        return title
 
     # ------------------------------------------------------------------ closing
 
