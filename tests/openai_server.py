@@ -1,8 +1,10 @@
 """A real HTTP server on 127.0.0.1 that speaks the OpenAI API, for backend tests.
 
-It serves ``POST /v1/embeddings`` with the hashing embedder's vectors. Tests
-can make it fail the next N requests with a status code, or return vectors of
-the wrong size, to exercise error handling.
+It serves ``POST /v1/embeddings`` with the hashing embedder's vectors, and
+``POST /v1/chat/completions`` as a grader: it answers "correct" when every word
+of the prompt's "Reference answer:" line appears in its "Answer to grade:"
+line, else "incorrect". Tests can make it fail the next N requests with a
+status code, or return vectors of the wrong size, to exercise error handling.
 """
 
 from __future__ import annotations
@@ -26,6 +28,22 @@ class ServerState:
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _chat_reply(body: dict[str, Any]) -> dict[str, Any]:
+    prompt = body["messages"][-1]["content"]
+    fields = dict(line.split(": ", 1) for line in prompt.splitlines() if ": " in line)
+    reference = fields.get("Reference answer", "").lower().split()
+    answer = fields.get("Answer to grade", "").lower()
+    verdict = "correct" if reference and all(word in answer for word in reference) else "incorrect"
+    return {
+        "id": "chat-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": verdict}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
 def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
@@ -45,6 +63,9 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
             if state.fail_next:
                 status = state.fail_next.pop(0)
                 self._send(status, {"error": {"message": f"injected {status}", "type": "server_error"}})
+                return
+            if self.path == "/v1/chat/completions":
+                self._send(200, _chat_reply(body))
                 return
             if self.path != "/v1/embeddings":
                 self._send(404, {"error": {"message": f"no route {self.path}"}})

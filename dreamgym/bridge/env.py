@@ -155,7 +155,7 @@ class BrowserEnv:
         return observation
 
     async def _open_episode(self, task: Task, site: Site) -> _Episode:
-        lease = await self.pool.open_context()
+        lease = await self.pool.open_context(**site.context_options(task))
         context = lease.context
         context.set_default_timeout(self.config.action_timeout_s * 1000)
         context.set_default_navigation_timeout(self.config.step_deadline_s * 1000)
@@ -244,17 +244,23 @@ class BrowserEnv:
         if self.config.settle_s:
             await anyio.sleep(self.config.settle_s)
         page, task = episode.tabs.page, episode.task
+        if action.name == "stop" and not error:
+            # Observe the page the agent stopped on first: evaluation may navigate away from it.
+            observation = await self._observe(episode, error)
+            return await episode.site.evaluate(page, task, action.args[0]), True, observation
         outcome: list[tuple[float, bool]] = []
 
         async def judge() -> None:
-            if action.name == "stop" and not error:
-                outcome.append((await episode.site.evaluate(page, task, action.args[0]), True))
-            else:
-                outcome.append(await episode.site.outcome(page, task))
+            outcome.append(await episode.site.outcome(page, task))
 
-        async with anyio.create_task_group() as tg:  # two independent round trips to the page, at once
-            tg.start_soon(judge)
-            observation = await self._observe(episode, error)
+        try:
+            async with anyio.create_task_group() as tg:  # two independent round trips to the page, at once
+                tg.start_soon(judge)
+                observation = await self._observe(episode, error)
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         reward, terminated = outcome[0]
         return reward, terminated, observation
 

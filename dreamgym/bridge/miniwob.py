@@ -205,6 +205,9 @@ class MiniWobSite:
     def allowlist(self, task: Task) -> Allowlist:
         return Allowlist.of([self.base_url])
 
+    def context_options(self, task: Task) -> dict[str, Any]:
+        return {}
+
     def capture_root(self, task: Task) -> str | None:
         return None  # dialogs live outside #wrap; the scoreboard is hidden instead
 

@@ -9,16 +9,18 @@ which origins the episode may reach, reports rewards the page itself knows
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamgym.bridge.allowlist import Allowlist
+from dreamgym.bridge.evaluators import Judge, evaluate_webarena
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.types import Task
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
-__all__ = ["GenericSite", "Site", "task_config"]
+__all__ = ["GenericSite", "Site", "generic_task", "task_config"]
 
 
 class Site(Protocol):
@@ -26,6 +28,10 @@ class Site(Protocol):
     """The ``Task.benchmark`` this site runs."""
 
     def allowlist(self, task: Task) -> Allowlist: ...
+
+    def context_options(self, task: Task) -> dict[str, Any]:
+        """Extra ``new_context`` options for an episode of ``task`` (a login ``storage_state``)."""
+        ...
 
     def capture_root(self, task: Task) -> str | None:
         """A CSS selector of the part of the page to capture; ``None`` for the whole page."""
@@ -63,17 +69,58 @@ def task_config(task: Task) -> dict[str, Any]:
     return config
 
 
-class GenericSite:
-    """Any site: a start URL, an instruction, and the origins the episode may reach.
+def generic_task(
+    task_id: str,
+    start_url: str,
+    instruction: str,
+    *,
+    evaluator: Mapping[str, Any] | None = None,
+    allowed_origins: Sequence[str] = (),
+    max_steps: int = 0,
+) -> Task:
+    """A task on any site: a URL, an instruction and (optionally) a WebArena-style evaluator.
 
-    ``config_json`` may list ``allowed_origins`` beyond the start URL's.
+    ``evaluator`` is a WebArena ``eval`` object (``eval_types`` with
+    ``reference_answers``, ``reference_url``, ``program_html``).
+
+    Example:
+        >>> generic_task("mysite/search", "http://127.0.0.1:8000/", 'Search for "shoes"',
+        ...              evaluator={"eval_types": ["url_match"], "reference_url": "http://127.0.0.1:8000/?q=shoes"})
+    """
+    config: dict[str, Any] = {"allowed_origins": list(allowed_origins)}
+    if evaluator is not None:
+        if "eval_types" not in evaluator:
+            raise ConfigError("an evaluator needs eval_types (string_match, url_match, program_html)")
+        config["eval"] = dict(evaluator)
+    return Task(
+        task_id=task_id,
+        instruction=instruction,
+        start_url=start_url,
+        benchmark="generic",
+        max_steps=max_steps,
+        config_json=json.dumps(config),
+    )
+
+
+class GenericSite:
+    """Any site: a start URL, an instruction, the origins the episode may reach, an optional evaluator.
+
+    ``config_json`` may list ``allowed_origins`` beyond the start URL's, and an
+    ``eval`` object in WebArena's format, run when the agent stops; without
+    one the reward is 0. See :func:`generic_task`.
     """
 
     name = "generic"
 
+    def __init__(self, *, judge: Judge | None = None) -> None:
+        self.judge = judge
+
     def allowlist(self, task: Task) -> Allowlist:
         extra = task_config(task).get("allowed_origins", [])
         return Allowlist.of([task.start_url, *extra])
+
+    def context_options(self, task: Task) -> dict[str, Any]:
+        return {}
 
     def capture_root(self, task: Task) -> str | None:
         return None
@@ -84,11 +131,6 @@ class GenericSite:
     async def start(self, page: Page, task: Task, seed: int | None) -> str:
         if not task.start_url:
             raise ConfigError(f"task {task.task_id} has no start_url")
-        if "eval" in task_config(task):
-            raise ConfigError(
-                f"task {task.task_id} has an evaluator spec, which the generic site cannot run yet; "
-                "remove 'eval' from its config to run it unevaluated"
-            )
         await page.goto(task.start_url, wait_until="domcontentloaded")
         return ""
 
@@ -96,7 +138,13 @@ class GenericSite:
         return 0.0, False
 
     async def evaluate(self, page: Page, task: Task, answer: str) -> float:
-        return 0.0
+        config = task_config(task)
+        if "eval" not in config:
+            return 0.0
+        from dreamgym.bridge.webarena import site_urls_from_env
+
+        config.setdefault("intent", task.instruction)
+        return await evaluate_webarena(config, page, answer, site_urls_from_env(), self.judge)
 
     async def aclose(self) -> None:
         pass

@@ -8,8 +8,17 @@ import json
 import anyio
 import pytest
 
-from dreamgym.bridge import BrowserEnv, BrowserPool, EnvConfig
-from dreamgym.core import Observation, State, Task, check_environment, parse_action, parse_state, try_parse_action
+from dreamgym.bridge import BrowserEnv, BrowserPool, EnvConfig, generic_task
+from dreamgym.core import (
+    ConfigError,
+    Observation,
+    State,
+    Task,
+    check_environment,
+    parse_action,
+    parse_state,
+    try_parse_action,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -194,4 +203,26 @@ async def test_unknown_benchmarks_and_missing_resets_are_config_errors(pool: Bro
         await env.step(parse_action("scroll [down]"))
     with pytest.raises(ConfigError, match="no site runs benchmark 'webshop'"):
         await env.reset(Task(task_id="x", instruction="y", benchmark="webshop"))
+    await env.aclose()
+
+
+async def test_a_generic_task_is_evaluated_by_its_own_spec_when_the_agent_stops(
+    pool: BrowserPool, site_url: str
+) -> None:
+    evaluator = {
+        "eval_types": ["string_match", "url_match"],
+        "reference_answers": {"must_include": ["two"]},
+        "reference_url": f"{site_url}/page2.html",
+    }
+    task = generic_task(
+        "test/page-two", f"{site_url}/index.html", "Open page two and say its name", evaluator=evaluator
+    )
+    env = BrowserEnv(pool)
+    obs = await env.reset(task, seed=0)
+    await env.step(parse_action(f"click [{find(obs, 'link', 'Page two')}]"))
+    assert (await env.step(parse_action("stop [Page two]"))).reward == 1.0
+    await env.reset(task, seed=0)
+    assert (await env.step(parse_action("stop [Page two]"))).reward == 0.0  # right answer, wrong page
+    with pytest.raises(ConfigError, match="eval_types"):
+        generic_task("x", site_url, "y", evaluator={"reference_url": site_url})
     await env.aclose()

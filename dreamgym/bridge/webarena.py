@@ -1,0 +1,148 @@
+"""WebArena task configs on live sites: loading, site URLs, login state, evaluation at the end.
+
+Configs come in the format of WebArena's ``test.raw.json`` (a list) or its
+older per-task examples (one object, ``reference_answers`` as a list).
+URLs in them use placeholders (``__SHOPPING__``, ...) that resolve, at run
+time, to the environment variables WebArena uses (``SHOPPING``, ...). A task
+that requires login starts from its ``storage_state`` file, looked up in the
+auth directory (``$WEBARENA_AUTH_DIR``, default ``./.auth``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym.bridge.allowlist import Allowlist
+from dreamgym.bridge.evaluators import Judge, SiteUrls, evaluate_webarena
+from dreamgym.bridge.sites import task_config
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.types import Task
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+__all__ = ["SITE_VARIABLES", "WebArenaSite", "load_webarena", "site_urls_from_env"]
+
+SITE_VARIABLES = {
+    "shopping": "SHOPPING",
+    "shopping_admin": "SHOPPING_ADMIN",
+    "reddit": "REDDIT",
+    "gitlab": "GITLAB",
+    "map": "MAP",
+    "wikipedia": "WIKIPEDIA",
+    "homepage": "HOMEPAGE",
+}
+"""A config's site name → the environment variable holding its base URL."""
+
+
+def site_urls_from_env(environ: Mapping[str, str] | None = None) -> SiteUrls:
+    """The site URLs (and the shopping admin login the helpers use) from the environment."""
+    environ = os.environ if environ is None else environ
+    urls = {var: environ[var] for var in SITE_VARIABLES.values() if environ.get(var)}
+    return SiteUrls(
+        urls,
+        admin_user=environ.get("SHOPPING_ADMIN_USER", "admin"),
+        admin_password=environ.get("SHOPPING_ADMIN_PASSWORD", "admin1234"),
+    )
+
+
+def load_webarena(path: str | os.PathLike[str]) -> list[Task]:
+    """Tasks from a config file (a list or one object) or a directory of them.
+
+    Raises:
+        ConfigError: A config is not JSON or lacks a field every config has.
+    """
+    source = Path(path)
+    files = sorted(source.glob("*.json")) if source.is_dir() else [source]
+    tasks: list[Task] = []
+    for file in files:
+        try:
+            data = json.loads(file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read WebArena configs from {file}: {exc}") from exc
+        for config in data if isinstance(data, list) else [data]:
+            tasks.append(_task(config, file))
+    return tasks
+
+
+def _task(config: Any, file: Path) -> Task:
+    if not isinstance(config, dict):
+        raise ConfigError(f"{file}: a WebArena config must be an object")
+    missing = [key for key in ("task_id", "intent", "start_url", "eval", "sites") if key not in config]
+    if missing or "eval_types" not in config.get("eval", {}):
+        raise ConfigError(f"{file}: config {config.get('task_id', '?')} lacks {missing or ['eval.eval_types']}")
+    return Task(
+        task_id=f"webarena/{config['task_id']}",
+        instruction=config["intent"],
+        site=",".join(config["sites"]),
+        start_url=config["start_url"],
+        benchmark="webarena",
+        config_json=json.dumps(config),
+    )
+
+
+class WebArenaSite:
+    """Runs WebArena-format tasks against the sites the environment variables name.
+
+    Args:
+        urls: Site base URLs; default :func:`site_urls_from_env`.
+        auth_dir: Where ``storage_state`` files live; default ``$WEBARENA_AUTH_DIR`` or ``./.auth``.
+        judge: The LLM judge for ``fuzzy_match`` (tasks that need one fail clearly without it).
+    """
+
+    name = "webarena"
+
+    def __init__(self, urls: SiteUrls | None = None, *, auth_dir: str | None = None, judge: Judge | None = None):
+        self.urls = urls or site_urls_from_env()
+        self.auth_dir = Path(auth_dir or os.environ.get("WEBARENA_AUTH_DIR") or ".auth")
+        self.judge = judge
+
+    def allowlist(self, task: Task) -> Allowlist:
+        config = task_config(task)
+        sites = [self.urls.urls.get(SITE_VARIABLES.get(s, ""), "") for s in config.get("sites", [])]
+        home = self.urls.urls.get("HOMEPAGE", "")
+        return Allowlist.of([*sites, home, *self._start_urls(task)])
+
+    def _start_urls(self, task: Task) -> list[str]:
+        return [self.urls.resolve(url.strip()) for url in task.start_url.split(" |AND| ") if url.strip()]
+
+    def context_options(self, task: Task) -> dict[str, Any]:
+        config = task_config(task)
+        state = config.get("storage_state")
+        if not (state and config.get("require_login", True)):
+            return {}
+        path = self.auth_dir / Path(state).name
+        if not path.exists():
+            raise ConfigError(
+                f"task {task.task_id} needs the login state {path}; save one with Playwright's "
+                "context.storage_state(path=...) after logging in, or set WEBARENA_AUTH_DIR"
+            )
+        return {"storage_state": str(path)}
+
+    def capture_root(self, task: Task) -> str | None:
+        return None
+
+    def can_reuse(self, page: Page, task: Task) -> bool:
+        return False  # every episode starts from a fresh context (and its login state)
+
+    async def start(self, page: Page, task: Task, seed: int | None) -> str:
+        first, *others = self._start_urls(task)
+        for url in others:  # WebArena opens each " |AND| " URL in a tab of its own
+            extra = await page.context.new_page()
+            await extra.goto(url, wait_until="domcontentloaded")
+        await page.bring_to_front()
+        await page.goto(first, wait_until="domcontentloaded")
+        return ""
+
+    async def outcome(self, page: Page, task: Task) -> tuple[float, bool]:
+        return 0.0, False  # evaluated once, when the agent stops
+
+    async def evaluate(self, page: Page, task: Task, answer: str) -> float:
+        return await evaluate_webarena(task_config(task), page, answer, self.urls, self.judge)
+
+    async def aclose(self) -> None:
+        pass
