@@ -1,203 +1,190 @@
-"""``dreamgym demo``: the main job on a fresh machine.
+"""``dreamgym demo``: the main job on a fresh machine, offline, on 2 CPU cores.
 
-Today it is a tour of the foundation, and says so: it writes hand-scripted
-episodes of three MiniWoB-style tasks (login, click a button, enter text) in
-the abstract state format into a real replay store, embeds them with the
-offline MiniLM model, and retrieves the nearest stored transitions for an
-unseen episode. The full job (real MiniWoB++ episodes in Chromium, the
-experience model, mixed rollouts, training, held-out evaluation) lands with
-the bridge, simulator, runtime and trainer issues.
-
-The scripted steps are labelled ``synthetic`` with experience model
-``demo:scripted``: no browser produced them, so they are never passed off as real.
+Today it runs what exists, and says so: it collects real MiniWoB++ episodes in
+headless Chromium with the scripted demonstrators (and, as a baseline, a
+policy that picks uniformly among the valid actions) into a real replay
+store, embeds the transitions with the packaged MiniLM model, and retrieves
+the stored transitions nearest to a step of an unseen seed, the way the
+experience model will ground its predictions. The experience model, mixed
+rollouts, training and held-out evaluation land with the simulator, runtime
+and trainer issues.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 import shutil
 import time
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
+from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobDemonstrator, MiniWobSite
 from dreamgym.core import (
-    Element,
     Embedder,
     Episode,
     Observation,
-    State,
+    Policy,
+    PolicyDecision,
     Step,
+    StepTimings,
     Task,
     candidate_actions,
-    describe_actions,
     diff_states,
     observation_hash,
-    parse_action,
+    parse_state,
 )
 from dreamgym.replay import LmdbReplayStore, StoreConfig, transition_text
 
 __all__ = ["run_demo"]
 
-log = logging.getLogger(__name__)
-
-_NAMES = ["lyda", "kasie", "bob", "ana", "rina", "joel", "mia", "theo", "ivy", "omar"]
-_BUTTONS = ["Yes", "No", "OK", "Cancel", "Submit", "Next", "Previous", "Delete"]
-
-
-def _page(*elements: Element) -> State:
-    return State((Element(role="generic", id="e1", children=elements),))
+TASKS = ("click-button", "enter-text", "login-user", "choose-list", "click-checkboxes", "search-engine")
+TRAIN_SEEDS = range(4)
+HELD_OUT_SEEDS = range(100, 103)
+MAX_STEPS = 10
 
 
-def _login(rng: random.Random) -> tuple[Task, list[tuple[State, str]]]:
-    user, password = rng.choice(_NAMES), f"{rng.randint(100, 999)}x"
-    task = Task(
-        task_id="miniwob/login-user",
-        instruction=f'Enter the username "{user}" and the password "{password}" into the text fields and press login.',
-        site="miniwob",
-        benchmark="miniwob",
-    )
-    fields = [("", ""), (user, ""), (user, "*" * len(password))]
-    pages = [
-        _page(
-            Element(role="textbox", name="Username", id="e2", text=u),
-            Element(role="textbox", name="Password", id="e3", text=p),
-            Element(role="button", name="Login", id="e4"),
-        )
-        for u, p in fields
-    ]
-    actions = [f"type [e2] [{user}] [0]", f"type [e3] [{password}] [0]", "click [e4]"]
-    return task, list(zip(pages, actions, strict=True))
+class _RandomChooser:
+    """Uniform over ``candidate_actions``: the baseline every learned policy must beat."""
+
+    policy_id = "random-candidates"
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
+        state = parse_state(observation.state)
+        return PolicyDecision(action=self.rng.choice(candidate_actions(state, observation.goal or task.instruction)))
 
 
-def _click_button(rng: random.Random) -> tuple[Task, list[tuple[State, str]]]:
-    labels = rng.sample(_BUTTONS, 4)
-    target = rng.randrange(4)
-    task = Task(
-        task_id="miniwob/click-button",
-        instruction=f'Click on the "{labels[target]}" button.',
-        site="miniwob",
-        benchmark="miniwob",
-    )
-    page = _page(*(Element(role="button", name=label, id=f"e{i + 2}") for i, label in enumerate(labels)))
-    return task, [(page, f"click [e{target + 2}]")]
-
-
-def _enter_text(rng: random.Random) -> tuple[Task, list[tuple[State, str]]]:
-    word = rng.choice(_NAMES)
-    task = Task(
-        task_id="miniwob/enter-text",
-        instruction=f'Enter "{word}" into the text field and press Submit.',
-        site="miniwob",
-        benchmark="miniwob",
-    )
-    pages = [
-        _page(Element(role="textbox", id="e2", text=t), Element(role="button", name="Submit", id="e3"))
-        for t in ("", word)
-    ]
-    return task, list(zip(pages, [f"type [e2] [{word}] [0]", "click [e3]"], strict=True))
-
-
-_DONE = _page(Element(role="text", text="Done."))
-
-
-def _episode(task: Task, script: list[tuple[State, str]], episode_id: str, seed: int) -> list[Step]:
-    steps = []
-    for index, (state, action_text) in enumerate(script):
-        last = index == len(script) - 1
-        next_state = _DONE if last else script[index + 1][0]
+async def _episode(env: BrowserEnv, task: Task, seed: int, policy: Policy) -> tuple[list[Step], Episode]:
+    """One episode (the runtime issue replaces this loop with the async scheduler)."""
+    episode_id = uuid.uuid4().hex[:12]
+    policy_id = policy.policy_id
+    started = time.time()
+    observation = await env.reset(task, seed=seed)
+    first = observation
+    steps: list[Step] = []
+    for index in range(MAX_STEPS):
+        t0 = time.perf_counter()
+        action = (await policy.act(task, steps, observation)).action
+        t1 = time.perf_counter()
+        result = await env.step(action)
+        truncated = result.truncated or (index == MAX_STEPS - 1 and not result.terminated)
         steps.append(
             Step(
-                source="synthetic",
-                experience_model_id="demo:scripted",
-                prompt_template_id="none",
-                policy_id="demo:scripted",
+                source="real",
                 task_id=task.task_id,
                 episode_id=episode_id,
                 group_id=f"{task.task_id}/{seed}",
                 step_index=index,
                 seed=seed,
                 site=task.site,
-                observation=Observation(state=state.render(), url=f"file:///miniwob/{task.task_id}.html"),
-                action=parse_action(action_text),
-                next_observation=Observation(state=next_state.render()),
-                reward=1.0 if last else 0.0,
-                terminated=last,
+                observation=observation,
+                action=action,
+                next_observation=result.observation,
+                reward=result.reward,
+                terminated=result.terminated,
+                truncated=truncated,
+                truncation_reason=result.truncation_reason or ("step_limit" if truncated else ""),
+                policy_id=policy_id,
+                timings=StepTimings(started_at=time.time(), policy_s=t1 - t0, env_s=time.perf_counter() - t1),
             )
         )
-    return steps
-
-
-def _summary(steps: list[Step]) -> Episode:
-    first, last = steps[0], steps[-1]
-    return Episode(
-        episode_id=first.episode_id,
-        task_id=first.task_id,
-        source=first.source,
-        group_id=first.group_id,
-        seed=first.seed,
-        site=first.site,
-        policy_id=first.policy_id,
-        experience_model_id=first.experience_model_id,
-        num_steps=len(steps),
-        total_reward=sum(step.reward for step in steps),
-        success=last.reward > 0,
-        terminated=last.terminated,
-        initial_observation_hash=observation_hash(first.observation),
-    )
+        observation = result.observation
+        if result.terminated or truncated:
+            break
+    last = steps[-1]
+    summary = Episode(
+        episode_id=episode_id, task_id=task.task_id, source="real", group_id=last.group_id, seed=seed,
+        site=task.site, policy_id=policy_id, num_steps=len(steps), total_reward=sum(s.reward for s in steps),
+        success=last.reward > 0, terminated=last.terminated, truncated=last.truncated,
+        truncation_reason=last.truncation_reason, started_at=started, ended_at=time.time(),
+        initial_observation_hash=observation_hash(first),
+    )  # fmt: skip
+    return steps, summary
 
 
 async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
-    """Run the tour; writes the store under ``out`` and prints what it did."""
+    """Run the demo; writes the store under ``out`` and prints what it did."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     console = Console()
-    console.rule("dreamgym demo — foundation preview")
+    console.rule("dreamgym demo — what exists today")
     console.print(
-        "[yellow]The full demo (real MiniWoB++ in Chromium → experience model → mixed rollouts → GRPO →"
-        " held-out evaluation) arrives with the bridge, simulator, runtime and trainer issues.[/]\n"
-        "Today: the shared state and action formats, and the LMDB + usearch replay store with the offline"
-        " MiniLM embedder, on hand-scripted episodes (stored as synthetic, model 'demo:scripted')."
+        "Real MiniWoB++ episodes in headless Chromium → LMDB replay store → MiniLM retrieval.\n"
+        "[yellow]Not yet: the experience model, mixed real/synthetic rollouts, GRPO training and held-out "
+        "evaluation of a trained policy (the simulator, runtime and trainer issues).[/]"
     )
     store_path = out / "store"
     shutil.rmtree(store_path, ignore_errors=True)  # the demo starts from an empty store each run
-    rng = random.Random(0)
-    makers = [_login, _click_button, _enter_text]
     started = time.perf_counter()
-    config = StoreConfig(index_sources=("real", "synthetic"))
-    async with LmdbReplayStore(store_path, embedder=embedder, config=config) as store:
-        for seed in range(30):
-            task, script = makers[seed % 3](rng)
-            await store.put_task(task)
-            steps = _episode(task, script, f"demo-{seed}", seed)
-            await store.append(steps)
-            await store.put_episode(_summary(steps))
-        console.print(f"wrote 30 episodes; embedding with {store.embedder.name} ...")
-        await store.flush()
-        stats = await store.stats()
+    site = MiniWobSite()
+    demonstrator = MiniWobDemonstrator()
+    results: dict[str, dict[str, list[float]]] = {"demonstrator": {}, "random": {}}
+    try:
+        async with (
+            BrowserPool(BrowserConfig(processes=2)) as pool,
+            LmdbReplayStore(store_path, embedder=embedder, config=StoreConfig()) as store,
+        ):
+            env = BrowserEnv(pool, sites=[site])
+            for name in TASKS:
+                task = site.task(name, max_steps=MAX_STEPS)
+                await store.put_task(task)
+                for seed in TRAIN_SEEDS:
+                    steps, summary = await _episode(env, task, seed, demonstrator)
+                    await store.append(steps)
+                    await store.put_episode(summary)
+                policies: tuple[tuple[str, Policy], ...] = (
+                    ("demonstrator", demonstrator),
+                    ("random", _RandomChooser(0)),
+                )
+                for label, policy in policies:
+                    for seed in HELD_OUT_SEEDS:
+                        _, summary = await _episode(env, task, seed, policy)
+                        results[label].setdefault(name, []).append(float(summary.success))
+            collected = time.perf_counter() - started
+            console.print(f"collected {len(TASKS) * len(TRAIN_SEEDS)} real episodes in {collected:.1f} s; "
+                          f"embedding with {store.embedder.name} ...")  # fmt: skip
+            await store.flush()
+            stats = await store.stats()
 
-        task, script = _login(random.Random(99))
-        state, action_text = script[1]
-        console.rule("an unseen login episode, step 2")
-        console.print(state.render(), markup=False, highlight=False)
-        candidates = "; ".join(str(a) for a in candidate_actions(state, task.instruction))
-        console.print("\ncandidate actions: " + candidates, markup=False, highlight=False)
-        query = transition_text(task.instruction, action_text, state.render())
-        hits = await store.nearest(query, 3, exclude_episodes=())
-        table = Table(title=Text(f"nearest stored transitions to '{action_text}'"))
-        for column in ("seq", "score", "task", "action", "next state (diff)"):
-            table.add_column(column)
-        for hit in hits:
-            diff = diff_states(hit.step.observation.state, hit.step.next_observation.state)
-            cells = (str(hit.seq), f"{hit.score:.3f}", hit.step.task_id, str(hit.step.action), diff)
-            table.add_row(*(Text(cell) for cell in cells))
-        console.print(table)
+            task = site.task("login-user", max_steps=MAX_STEPS)
+            held_out, _ = await _episode(env, task, HELD_OUT_SEEDS[0], demonstrator)
+            step = held_out[1]
+            console.rule(f"an unseen seed ({HELD_OUT_SEEDS[0]}) of login-user, step 2")
+            console.print(Text(f"goal: {step.observation.goal}\n{step.observation.state}"))
+            query = transition_text(step.observation.goal, str(step.action), step.observation.state)
+            hits = await store.nearest(query, 3, source="real")
+            table = Table(title=Text(f"nearest stored real transitions to '{step.action}'"))
+            for column in ("seq", "score", "task / seed", "action", "what it did (state diff)"):
+                table.add_column(column)
+            for hit in hits:
+                diff = diff_states(hit.step.observation.state, hit.step.next_observation.state)
+                cells = (str(hit.seq), f"{hit.score:.3f}", f"{hit.step.task_id} / {hit.step.seed}",
+                         str(hit.step.action), diff)  # fmt: skip
+                table.add_row(*(Text(cell) for cell in cells))
+            console.print(table)
+            await env.aclose()
+    finally:
+        site.close()
+
+    scores = Table(title=Text(f"success on held-out seeds {list(HELD_OUT_SEEDS)} (n = {len(HELD_OUT_SEEDS)} per task)"))
+    scores.add_column("task")
+    scores.add_column("scripted demonstrator")
+    scores.add_column("random valid action")
+    for name in TASKS:
+        scores.add_row(name, *(f"{sum(results[p][name]):.0f}/{len(results[p][name])}" for p in results))
+    totals = {p: sum(sum(v) for v in results[p].values()) for p in results}
+    episodes = len(TASKS) * len(HELD_OUT_SEEDS)
+    scores.add_row("all", *(f"{totals[p]:.0f}/{episodes}" for p in results))
+    console.print(scores)
     console.rule("store")
     console.print(
-        f"{store_path}: {stats.steps['synthetic']} synthetic steps, {stats.tasks} tasks, "
-        f"{stats.vectors} vectors ({stats.embedder}, dim {stats.dim}); {time.perf_counter() - started:.1f} s"
+        f"{store_path}: {stats.steps['real']} real steps, {stats.episodes} episodes, {stats.tasks} tasks, "
+        f"{stats.vectors} vectors ({stats.embedder}, dim {stats.dim}); {time.perf_counter() - started:.1f} s in all"
     )
-    console.print("\naction space (generated from core.actions):\n" + describe_actions(), markup=False, highlight=False)
-    console.print(f"\nInspect the store: dreamgym replay stats {store_path}")
+    console.print(f"Inspect it: dreamgym replay stats {store_path}")
     return 0

@@ -72,8 +72,9 @@ def test_cli_errors_are_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_demo_runs_offline_end_to_end(tmp_path: Path) -> None:
     out = dreamgym("demo", "--out", str(tmp_path)).stdout
-    assert "foundation preview" in out
-    assert "nearest stored transitions" in out
+    assert "what exists today" in out and "Not yet" in out
+    assert "nearest stored real transitions" in out
+    assert "18/18" in out  # the demonstrators solve every held-out episode
     stats = json.loads(dreamgym("replay", "stats", str(tmp_path / "store"), "--json").stdout)
-    assert stats["steps"]["synthetic"] == stats["vectors"] > 0
-    assert stats["episodes"] == 30
+    assert stats["steps"]["real"] == stats["vectors"] > 0 and stats["steps"]["synthetic"] == 0
+    assert (stats["episodes"], stats["tasks"]) == (24, 6)

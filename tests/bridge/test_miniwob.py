@@ -179,3 +179,13 @@ async def test_every_text_solvable_task_starts_and_takes_a_valid_action(
         result = await env.step(candidates[0])
         assert isinstance(result.observation, Observation), name
     await env.aclose()
+
+
+async def test_browsers_are_recycled_after_serving_their_contexts(miniwob: MiniWobSite) -> None:
+    async with BrowserPool(BrowserConfig(processes=1, recycle_every=2)) as pool:
+        for _ in range(5):
+            async with pool.context() as lease:
+                page = await lease.context.new_page()
+                await page.goto(miniwob.base_url + "miniwob/click-test.html")
+        assert pool.launches == 3  # contexts 1-2, 3-4, then 5 on a fresh process
+    assert pool.launches == 3
