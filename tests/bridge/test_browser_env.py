@@ -226,3 +226,12 @@ async def test_a_generic_task_is_evaluated_by_its_own_spec_when_the_agent_stops(
     with pytest.raises(ConfigError, match="eval_types"):
         generic_task("x", site_url, "y", evaluator={"reference_url": site_url})
     await env.aclose()
+
+
+async def test_downloads_are_refused_without_harm(pool: BrowserPool, site_url: str) -> None:
+    env = BrowserEnv(pool)
+    obs = await env.reset(shop(site_url), seed=0)
+    result = await env.step(parse_action(f"click [{find(obs, 'link', 'Download report')}]"))
+    assert not result.truncated and result.observation.url == f"{site_url}/index.html"
+    assert (await env.step(parse_action("scroll [down]"))).observation.tabs == ("Test shop",)
+    await env.aclose()
