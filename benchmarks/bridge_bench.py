@@ -31,7 +31,8 @@ from dreamgym.bridge import (
     MiniWobSite,
     find_chromium,
 )
-from dreamgym.core import Step, parse_action
+from dreamgym.core import parse_action
+from dreamgym.runtime import run_episode
 
 TASK = "login-user"
 
@@ -55,26 +56,8 @@ async def solved_sequence(site: MiniWobSite, seed: int) -> list[str]:
     async with BrowserPool(BrowserConfig(processes=1)) as pool:
         env = BrowserEnv(pool, sites=[site])
         task = site.task(TASK)
-        observation = await env.reset(task, seed=seed)
-        policy, history, actions = MiniWobDemonstrator(), [], []
-        for index in range(10):
-            action = (await policy.act(task, history, observation)).action
-            result = await env.step(action)
-            history.append(
-                Step(
-                    source="real",
-                    task_id=task.task_id,
-                    episode_id="b",
-                    step_index=index,
-                    observation=observation,
-                    action=action,
-                    next_observation=result.observation,
-                )
-            )
-            actions.append(str(action))
-            observation = result.observation
-            if result.terminated:
-                break
+        steps, _ = await run_episode(env, MiniWobDemonstrator(), task, seed=seed, max_steps=10)
+        actions = [str(step.action) for step in steps]
         await env.aclose()
         return actions
 
@@ -139,26 +122,8 @@ async def episodes_per_second(site: MiniWobSite, concurrency: int, episodes: int
             while queue:
                 number = queue.pop()
                 task = site.task(names[number % len(names)])
-                observation = await env.reset(task, seed=number)
-                history: list[Step] = []
-                for index in range(10):
-                    action = (await policy.act(task, history, observation)).action
-                    result = await env.step(action)
-                    history.append(
-                        Step(
-                            source="real",
-                            task_id=task.task_id,
-                            episode_id="b",
-                            step_index=index,
-                            observation=observation,
-                            action=action,
-                            next_observation=result.observation,
-                        )
-                    )
-                    observation = result.observation
-                    if result.terminated or result.truncated:
-                        break
-                wins.append(result.reward)
+                steps, _ = await run_episode(env, policy, task, seed=number, max_steps=10)
+                wins.append(steps[-1].reward)
             await env.aclose()
 
         for _ in range(concurrency):  # warm the browsers outside the timing

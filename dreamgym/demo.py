@@ -15,26 +15,23 @@ from __future__ import annotations
 import random
 import shutil
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobDemonstrator, MiniWobSite
 from dreamgym.core import (
     Embedder,
-    Episode,
     Observation,
     Policy,
     PolicyDecision,
     Step,
-    StepTimings,
     Task,
     candidate_actions,
     diff_states,
-    observation_hash,
     parse_state,
 )
 from dreamgym.replay import LmdbReplayStore, StoreConfig, transition_text
+from dreamgym.runtime import run_episode
 
 __all__ = ["run_demo"]
 
@@ -55,54 +52,6 @@ class _RandomChooser:
     async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
         state = parse_state(observation.state)
         return PolicyDecision(action=self.rng.choice(candidate_actions(state, observation.goal or task.instruction)))
-
-
-async def _episode(env: BrowserEnv, task: Task, seed: int, policy: Policy) -> tuple[list[Step], Episode]:
-    """One episode (the runtime issue replaces this loop with the async scheduler)."""
-    episode_id = uuid.uuid4().hex[:12]
-    policy_id = policy.policy_id
-    started = time.time()
-    observation = await env.reset(task, seed=seed)
-    first = observation
-    steps: list[Step] = []
-    for index in range(MAX_STEPS):
-        t0 = time.perf_counter()
-        action = (await policy.act(task, steps, observation)).action
-        t1 = time.perf_counter()
-        result = await env.step(action)
-        truncated = result.truncated or (index == MAX_STEPS - 1 and not result.terminated)
-        steps.append(
-            Step(
-                source="real",
-                task_id=task.task_id,
-                episode_id=episode_id,
-                group_id=f"{task.task_id}/{seed}",
-                step_index=index,
-                seed=seed,
-                site=task.site,
-                observation=observation,
-                action=action,
-                next_observation=result.observation,
-                reward=result.reward,
-                terminated=result.terminated,
-                truncated=truncated,
-                truncation_reason=result.truncation_reason or ("step_limit" if truncated else ""),
-                policy_id=policy_id,
-                timings=StepTimings(started_at=time.time(), policy_s=t1 - t0, env_s=time.perf_counter() - t1),
-            )
-        )
-        observation = result.observation
-        if result.terminated or truncated:
-            break
-    last = steps[-1]
-    summary = Episode(
-        episode_id=episode_id, task_id=task.task_id, source="real", group_id=last.group_id, seed=seed,
-        site=task.site, policy_id=policy_id, num_steps=len(steps), total_reward=sum(s.reward for s in steps),
-        success=last.reward > 0, terminated=last.terminated, truncated=last.truncated,
-        truncation_reason=last.truncation_reason, started_at=started, ended_at=time.time(),
-        initial_observation_hash=observation_hash(first),
-    )  # fmt: skip
-    return steps, summary
 
 
 async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
@@ -134,7 +83,9 @@ async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
                 task = site.task(name, max_steps=MAX_STEPS)
                 await store.put_task(task)
                 for seed in TRAIN_SEEDS:
-                    steps, summary = await _episode(env, task, seed, demonstrator)
+                    steps, summary = await run_episode(
+                        env, demonstrator, task, seed=seed, max_steps=MAX_STEPS, group_id=f"{name}/{seed}"
+                    )
                     await store.append(steps)
                     await store.put_episode(summary)
                 policies: tuple[tuple[str, Policy], ...] = (
@@ -143,7 +94,7 @@ async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
                 )
                 for label, policy in policies:
                     for seed in HELD_OUT_SEEDS:
-                        _, summary = await _episode(env, task, seed, policy)
+                        _, summary = await run_episode(env, policy, task, seed=seed, max_steps=MAX_STEPS)
                         results[label].setdefault(name, []).append(float(summary.success))
             collected = time.perf_counter() - started
             console.print(f"collected {len(TASKS) * len(TRAIN_SEEDS)} real episodes in {collected:.1f} s; "
@@ -152,7 +103,7 @@ async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
             stats = await store.stats()
 
             task = site.task("login-user", max_steps=MAX_STEPS)
-            held_out, _ = await _episode(env, task, HELD_OUT_SEEDS[0], demonstrator)
+            held_out, _ = await run_episode(env, demonstrator, task, seed=HELD_OUT_SEEDS[0], max_steps=MAX_STEPS)
             step = held_out[1]
             console.rule(f"an unseen seed ({HELD_OUT_SEEDS[0]}) of login-user, step 2")
             console.print(Text(f"goal: {step.observation.goal}\n{step.observation.state}"))

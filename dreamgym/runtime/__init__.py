@@ -1,7 +1,9 @@
-"""The async scheduler that runs groups of episodes and interleaves real and synthetic steps into the replay store.
+"""The runtime: episodes of a policy in an environment, recorded with provenance.
 
-Filled in by its own issue; it builds on ``dreamgym.core`` and talks to its siblings only through
-the protocols there.
+Today: :func:`run_episode`. The async scheduler that interleaves real and
+synthetic episodes into the replay store is the runtime issue's.
 """
 
-__all__: list[str] = []
+from dreamgym.runtime.episode import run_episode
+
+__all__ = ["run_episode"]

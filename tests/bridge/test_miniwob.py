@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+from collections.abc import Sequence
 
 import anyio
 import pytest
@@ -24,6 +25,8 @@ from dreamgym.bridge import (
 from dreamgym.core import (
     ConfigError,
     Observation,
+    Policy,
+    PolicyDecision,
     Step,
     Task,
     candidate_actions,
@@ -31,6 +34,7 @@ from dreamgym.core import (
     parse_action,
     parse_state,
 )
+from dreamgym.runtime import run_episode
 
 pytestmark = pytest.mark.anyio
 
@@ -48,63 +52,45 @@ def test_the_manifest_covers_every_task_and_excludes_each_for_a_reason(miniwob: 
         miniwob.task("no-such-task")
 
 
-async def run_episode(env: BrowserEnv, task: Task, seed: int, choose: object, max_steps: int = 10) -> float:
-    observation = await env.reset(task, seed=seed)
-    history: list[Step] = []
-    for index in range(max_steps):
-        action = await choose(task, history, observation)  # type: ignore[operator]
-        result = await env.step(action)
-        history.append(
-            Step(
-                source="real",
-                task_id=task.task_id,
-                episode_id="e",
-                step_index=index,
-                observation=observation,
-                action=action,
-                next_observation=result.observation,
-                reward=result.reward,
-                terminated=result.terminated,
-                truncated=result.truncated,
-                truncation_reason=result.truncation_reason,
-            )
-        )
-        observation = result.observation
-        if result.terminated or result.truncated:
-            return result.reward
-    return 0.0
+async def final_reward(env: BrowserEnv, task: Task, seed: int, policy: Policy, max_steps: int = 10) -> float:
+    steps, episode = await run_episode(env, policy, task, seed=seed, max_steps=max_steps)
+    assert episode.num_steps == len(steps) and episode.success == (steps[-1].reward > 0)
+    return steps[-1].reward
 
 
 async def test_demonstrators_reach_reward_1_on_every_task_they_solve(pool: BrowserPool, miniwob: MiniWobSite) -> None:
     assert len(DEMONSTRATORS) >= 15
     demonstrator = MiniWobDemonstrator()
-
-    async def choose(task: Task, history: list[Step], observation: Observation) -> object:
-        return (await demonstrator.act(task, history, observation)).action
-
     env = BrowserEnv(pool, sites=[miniwob])
     for name in DEMONSTRATORS:
         for seed in (0, 1):
-            reward = await run_episode(env, miniwob.task(name), seed, choose)
+            reward = await final_reward(env, miniwob.task(name), seed, demonstrator)
             assert reward == 1.0, f"{name} seed {seed}"
     await env.aclose()
 
 
 async def test_random_valid_actions_rarely_succeed(pool: BrowserPool, miniwob: MiniWobSite) -> None:
-    rng = random.Random(0)
-
-    async def choose(task: Task, history: list[Step], observation: Observation) -> object:
-        return rng.choice(candidate_actions(parse_state(observation.state), observation.goal))
-
     env = BrowserEnv(pool, sites=[miniwob])
+    chooser = RandomChooser(random.Random(0))
     solved = {name: 0 for name in DEMONSTRATORS}
     for name in DEMONSTRATORS:
         for seed in (0, 1):
-            solved[name] += int(await run_episode(env, miniwob.task(name), seed, choose, max_steps=6))
+            solved[name] += int(await final_reward(env, miniwob.task(name), seed, chooser, max_steps=6))
     await env.aclose()
     episodes = 2 * len(DEMONSTRATORS)
     assert sum(solved.values()) <= episodes // 3, solved
     assert sum(1 for wins in solved.values() if wins == 0) >= len(DEMONSTRATORS) // 2, solved
+
+
+class RandomChooser:
+    policy_id = "random"
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
+        state = parse_state(observation.state)
+        return PolicyDecision(action=self.rng.choice(candidate_actions(state, observation.goal)))
 
 
 DETERMINISTIC = [n for n in text_tasks(deterministic_only=True) if not n.startswith("flight.")][:40:2]
