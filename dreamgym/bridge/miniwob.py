@@ -84,6 +84,7 @@ EXCLUDED: dict[str, str] = {
     **{name: "needs text selection" for name in ("highlight-text", "highlight-text-2", "text-editor")},
     **{name: "moving targets or wall-clock timing" for name in ("chase-circle", "moving-items", "stock-market")},
     "click-scroll-list": "needs multi-selection with modifier keys",
+    "click-link": "its links are inline spans that Playwright's ARIA snapshot merges into the paragraph's text",
 }
 """Tasks the text action space cannot solve, with the reason."""
 
