@@ -171,10 +171,10 @@ class BrowserEnv:
     async def _route(self, route: Route) -> None:
         episode = self._episode
         url = route.request.url
-        if episode is None or episode.allowlist.allows(url):
+        if episode is not None and episode.allowlist.allows(url):
             await route.continue_()
             return
-        if route.request.is_navigation_request():
+        if episode is not None and route.request.is_navigation_request():
             episode.blocked.append(url)
             await route.fulfill(status=204)  # "no content": the browser stays on the current page
             return
