@@ -40,7 +40,10 @@ class Tabs:
     def sync(self) -> None:
         """Pick up tabs the page opened itself (pop-ups) and forget closed ones."""
         current = self.page if self.pages else None
-        self.pages = [p for p in self.context.pages if not p.is_closed()]
+        open_pages = [p for p in self.context.pages if not p.is_closed()]
+        if not open_pages and current is not None:
+            return  # every tab closed: keep the closed one, so the episode sees its page is gone
+        self.pages = open_pages
         if current is not None and current in self.pages:
             self.active = self.pages.index(current)
         else:
