@@ -12,23 +12,16 @@ and trainer issues.
 
 from __future__ import annotations
 
-import random
 import shutil
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
+from dreamgym.agents import RandomExplorer
 from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobDemonstrator, MiniWobSite
 from dreamgym.core import (
     Embedder,
-    Observation,
     Policy,
-    PolicyDecision,
-    Step,
-    Task,
-    candidate_actions,
     diff_states,
-    parse_state,
 )
 from dreamgym.replay import LmdbReplayStore, StoreConfig, transition_text
 from dreamgym.runtime import run_episode
@@ -39,19 +32,6 @@ TASKS = ("click-button", "enter-text", "login-user", "choose-list", "click-check
 TRAIN_SEEDS = range(4)
 HELD_OUT_SEEDS = range(100, 103)
 MAX_STEPS = 10
-
-
-class _RandomChooser:
-    """Uniform over ``candidate_actions``: the baseline every learned policy must beat."""
-
-    policy_id = "random-candidates"
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-
-    async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
-        state = parse_state(observation.state)
-        return PolicyDecision(action=self.rng.choice(candidate_actions(state, observation.goal or task.instruction)))
 
 
 async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
@@ -90,7 +70,7 @@ async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
                     await store.put_episode(summary)
                 policies: tuple[tuple[str, Policy], ...] = (
                     ("demonstrator", demonstrator),
-                    ("random", _RandomChooser(0)),
+                    ("random", RandomExplorer(0)),
                 )
                 for label, policy in policies:
                     for seed in HELD_OUT_SEEDS:

@@ -1,7 +1,9 @@
 """Policies: an OpenAI-compatible chat agent, a local transformers policy with token records, scripted explorers.
 
-Filled in by its own issue; it builds on ``dreamgym.core`` and talks to its siblings only through
-the protocols there.
+Today: :class:`RandomExplorer` (the scripted MiniWoB demonstrators live with
+the bridge). The LLM policies are the runtime issue's.
 """
 
-__all__: list[str] = []
+from dreamgym.agents.explorer import RandomExplorer
+
+__all__ = ["RandomExplorer"]

@@ -201,7 +201,10 @@ class BrowserEnv:
         if episode is None or episode.last is None:
             raise ConfigError("call reset(task) before step()")
         if episode.done:
-            return self._result(episode, episode.last, 0.0, "the episode is over; call reset() to start another")
+            over = msgspec.structs.replace(
+                episode.last, last_action_error="the episode is over; call reset() to start another"
+            )
+            return self._result(episode, over, 0.0)
         episode.steps += 1
         try:
             with anyio.fail_after(self.config.step_deadline_s):
@@ -222,14 +225,7 @@ class BrowserEnv:
         elif episode.steps >= limit:
             episode.done = episode.truncated = True
             episode.reason = "step_limit"
-        return StepResult(
-            observation=observation,
-            reward=reward,
-            terminated=episode.terminated,
-            truncated=episode.truncated,
-            truncation_reason=episode.reason,
-            info={"steps": episode.steps, "browser": episode.lease.browser_index},
-        )
+        return self._result(episode, observation, reward)
 
     async def _act(self, episode: _Episode, action: Action) -> tuple[float, bool, Observation]:
         if episode.crashed:
@@ -275,17 +271,16 @@ class BrowserEnv:
         episode.crashed = True  # never reuse this context
         await self._close_context()
         assert episode.last is not None
-        return self._result(episode, episode.last, 0.0, message)
+        return self._result(episode, msgspec.structs.replace(episode.last, last_action_error=message), 0.0)
 
-    def _result(self, episode: _Episode, last: Observation, reward: float, error: str) -> StepResult:
-        observation = msgspec.structs.replace(last, last_action_error=error)
+    def _result(self, episode: _Episode, observation: Observation, reward: float) -> StepResult:
         return StepResult(
             observation=observation,
             reward=reward,
             terminated=episode.terminated,
             truncated=episode.truncated,
             truncation_reason=episode.reason,
-            info={"steps": episode.steps},
+            info={"steps": episode.steps, "browser": episode.lease.browser_index},
         )
 
     # ------------------------------------------------------------------ observation

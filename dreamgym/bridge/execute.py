@@ -8,6 +8,7 @@ is gone raises :class:`PageGone`, which ends the episode.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -75,52 +76,43 @@ def _first_line(exc: Exception) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _locate(action: Action, tabs: Tabs, refs: RefMap) -> Locator | str:
+async def _on_element(action: Action, tabs: Tabs, refs: RefMap, act: Callable[[Locator], Awaitable[object]]) -> str:
+    """Run ``act`` on the element ``action.args[0]`` names, or say why there is none."""
     element = action.args[0]
     ref = refs.ref(element)
     if ref is None:
         return f"there is no element [{element}] on the page; use the ids of the latest observation"
-    return tabs.page.locator(f"aria-ref={ref}")
+    await act(tabs.page.locator(f"aria-ref={ref}"))
+    return ""
 
 
 async def _click(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
-    target = _locate(action, tabs, refs)
-    if isinstance(target, str):
-        return target
-    await target.click(timeout=timeout)
-    return ""
+    return await _on_element(action, tabs, refs, lambda target: target.click(timeout=timeout))
 
 
 async def _hover(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
-    target = _locate(action, tabs, refs)
-    if isinstance(target, str):
-        return target
-    await target.hover(timeout=timeout)
-    return ""
+    return await _on_element(action, tabs, refs, lambda target: target.hover(timeout=timeout))
 
 
 async def _type(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
-    target = _locate(action, tabs, refs)
-    if isinstance(target, str):
-        return target
-    await target.fill(action.args[1], timeout=timeout)
-    if action.args[2] == "1":
-        await target.press("Enter", timeout=timeout)
-    return ""
+    async def fill(target: Locator) -> None:
+        await target.fill(action.args[1], timeout=timeout)
+        if action.args[2] == "1":
+            await target.press("Enter", timeout=timeout)
+
+    return await _on_element(action, tabs, refs, fill)
 
 
 async def _select(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
-    target = _locate(action, tabs, refs)
-    if isinstance(target, str):
-        return target
     from playwright.async_api import Error as PlaywrightError
 
-    option = action.args[1]
-    try:
-        await target.select_option(label=option, timeout=timeout)
-    except PlaywrightError:
-        await target.select_option(value=option, timeout=timeout)  # the option's value, as a fallback
-    return ""
+    async def choose(target: Locator) -> None:
+        try:
+            await target.select_option(label=action.args[1], timeout=timeout)
+        except PlaywrightError:
+            await target.select_option(value=action.args[1], timeout=timeout)  # the option's value, as a fallback
+
+    return await _on_element(action, tabs, refs, choose)
 
 
 async def _press(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:

@@ -88,6 +88,12 @@ EXCLUDED: dict[str, str] = {
 }
 """Tasks the text action space cannot solve, with the reason."""
 
+_EMAIL_INBOX = (
+    "email-inbox", "email-inbox-delete", "email-inbox-forward", "email-inbox-forward-nl",
+    "email-inbox-forward-nl-turk", "email-inbox-important", "email-inbox-nl-turk", "email-inbox-noscroll",
+    "email-inbox-reply", "email-inbox-star-reply",
+)  # fmt: skip
+
 NONDETERMINISTIC = frozenset(
     {
         "book-flight",
@@ -100,9 +106,12 @@ NONDETERMINISTIC = frozenset(
         "enter-date",
         "enter-time",
         *FLIGHT_TASKS,
+        *_EMAIL_INBOX,
     }
 )
-"""Tasks whose pages depend on today's date or the clock, so a seed does not fix them."""
+"""Tasks whose observation a seed does not fix: pages that depend on today's date or the clock,
+and the email-inbox family, whose first thread is now and then missing from the snapshot of a
+page loaded cold (about 1 in 25 fresh-context resets under load; the cause is not found yet)."""
 
 
 def miniwob_html() -> Path:
@@ -230,6 +239,9 @@ class MiniWobSite:
             await page.goto(url, wait_until="load")
         await page.evaluate(_START, seed)
         await page.wait_for_function("() => WOB_TASK_READY === true")
+        # The new problem's images load after startEpisodeReal; until they have, they have no
+        # size and the snapshot leaves them out, so a cold page would differ from a warm one.
+        await page.wait_for_function("() => [...document.images].every((image) => image.complete)")
         goal = await page.evaluate("() => core.getUtterance()")
         if isinstance(goal, dict):  # natural-language tasks answer {utterance, fields}
             goal = goal.get("utterance")

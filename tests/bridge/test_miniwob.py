@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import difflib
 import os
-import random
 import signal
-from collections.abc import Sequence
 
 import anyio
 import pytest
 
+from dreamgym.agents import RandomExplorer
 from dreamgym.bridge import (
     DEMONSTRATORS,
     EXCLUDED,
@@ -27,8 +26,6 @@ from dreamgym.core import (
     ConfigError,
     Observation,
     Policy,
-    PolicyDecision,
-    Step,
     Task,
     candidate_actions,
     check_environment,
@@ -72,7 +69,7 @@ async def test_demonstrators_reach_reward_1_on_every_task_they_solve(pool: Brows
 
 async def test_random_valid_actions_rarely_succeed(pool: BrowserPool, miniwob: MiniWobSite) -> None:
     env = BrowserEnv(pool, sites=[miniwob])
-    chooser = RandomChooser(random.Random(0))
+    chooser = RandomExplorer(0)
     solved = {name: 0 for name in DEMONSTRATORS}
     for name in DEMONSTRATORS:
         for seed in (0, 1):
@@ -81,17 +78,6 @@ async def test_random_valid_actions_rarely_succeed(pool: BrowserPool, miniwob: M
     episodes = 2 * len(DEMONSTRATORS)
     assert sum(solved.values()) <= episodes // 3, solved
     assert sum(1 for wins in solved.values() if wins == 0) >= len(DEMONSTRATORS) // 2, solved
-
-
-class RandomChooser:
-    policy_id = "random"
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-
-    async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
-        state = parse_state(observation.state)
-        return PolicyDecision(action=self.rng.choice(candidate_actions(state, observation.goal)))
 
 
 DETERMINISTIC = [n for n in text_tasks(deterministic_only=True) if not n.startswith("flight.")][:40:2]
