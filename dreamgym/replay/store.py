@@ -155,7 +155,6 @@ class LmdbReplayStore:
         self._next_seq = 1  # until the writer starts and owns it
         self._embedded_upto = 0
         self._instructions: dict[str, str] = {}
-        self._index_error: BaseException | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -484,8 +483,7 @@ class LmdbReplayStore:
                 return
             try:
                 await self._index_pending()
-            except Exception as exc:
-                self._index_error = exc
+            except Exception:
                 log.exception("indexing %s failed; ingest goes on, flush() will retry", self.path)
                 await anyio.sleep(1.0)
 
@@ -505,7 +503,6 @@ class LmdbReplayStore:
             while not self._closed and await self._index_batch():
                 pass
             await anyio.to_thread.run_sync(self._index.grow)
-        self._index_error = None
 
     async def _index_batch(self) -> bool:
         """Embed the next batch of committed steps; ``False`` when none were left."""
