@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from dreamgym.bridge.allowlist import Allowlist
 from dreamgym.bridge.capture import RefMap
+from dreamgym.core.actions import missing_element_error
 from dreamgym.core.types import Action
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ async def _on_element(action: Action, tabs: Tabs, refs: RefMap, act: Callable[[L
     element = action.args[0]
     ref = refs.ref(element)
     if ref is None:
-        return f"there is no element [{element}] on the page; use the ids of the latest observation"
+        return missing_element_error(element)
     await act(tabs.page.locator(f"aria-ref={ref}"))
     return ""
 

@@ -32,7 +32,9 @@ from dreamgym.core.types import Action
 
 __all__ = [
     "ACTIONS",
+    "ELEMENT_ACTIONS",
     "ActionSpec",
+    "action_error",
     "candidate_actions",
     "click",
     "close_tab",
@@ -42,6 +44,7 @@ __all__ = [
     "goto",
     "hover",
     "invalid_action",
+    "missing_element_error",
     "new_tab",
     "parse_action",
     "press",
@@ -281,6 +284,28 @@ def try_parse_action(text: str) -> Action:
 def invalid_action(raw: str, error: str) -> Action:
     """The record of text that is not an action; environments report ``error``."""
     return Action(name="invalid", raw=raw, error=error)
+
+
+ELEMENT_ACTIONS = frozenset(["click", "type", "hover", "select"])
+"""Actions whose first argument is the id of an element of the current state."""
+
+
+def missing_element_error(element: str) -> str:
+    """The ``last_action_error`` both sides report for an id the page does not have."""
+    return f"there is no element [{element}] on the page; use the ids of the latest observation"
+
+
+def action_error(action: Action, state: State) -> str:
+    """Why ``action`` cannot be carried out on ``state`` before touching any page, or ``""``.
+
+    Catches what needs no page: unparseable text and ids the state does not
+    hold. The simulator answers these by rule, as the real side would.
+    """
+    if action.is_invalid:
+        return action.error or f"not an action: {action.raw!r}"
+    if action.name in ELEMENT_ACTIONS and state.find(action.args[0]) is None:
+        return missing_element_error(action.args[0])
+    return ""
 
 
 def describe_actions(names: Iterable[str] | None = None) -> str:

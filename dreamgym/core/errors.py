@@ -12,7 +12,8 @@ Every error dreamgym raises on purpose derives from :class:`DreamgymError`, so
     ├── ActionParseError            text is not one action of the action space
     ├── EnvironmentCheckError       an environment breaks the Environment protocol
     ├── BackendError                a model, embedder or browser backend failed
-    │   └── EmbedderMismatchError   a store was indexed with another embedder
+    │   ├── EmbedderMismatchError   a store was indexed with another embedder
+    │   └── ModelOutputError        a model's answer does not follow its template
     └── StoreError                  the replay store cannot do what was asked
         ├── StoreClosedError        the store was used after ``aclose()``
         ├── StoreLockedError        the store is already open in this process
@@ -33,6 +34,7 @@ __all__ = [
     "DreamgymError",
     "EmbedderMismatchError",
     "EnvironmentCheckError",
+    "ModelOutputError",
     "RecordFormatError",
     "SchemaVersionError",
     "StateFormatError",
@@ -81,6 +83,14 @@ class BackendError(DreamgymError):
 
 class EmbedderMismatchError(BackendError, ConfigError):
     """A store's index was built by another embedder (or dimension)."""
+
+
+class ModelOutputError(BackendError):
+    """A model's answer cannot be parsed into what its prompt template asks for.
+
+    The experience model retries such answers; when the retries run out the
+    simulated step ends the episode as truncated with reason ``model_output``.
+    """
 
 
 class StoreError(DreamgymError):

@@ -14,9 +14,12 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from dreamgym.core.errors import ConfigError
 from dreamgym.core.types import Action, Episode, Observation, PolicyTokens, Source, Step, Task
 
 __all__ = [
+    "ChatMessage",
+    "Completion",
     "Embedder",
     "Environment",
     "ExperienceModel",
@@ -26,7 +29,9 @@ __all__ = [
     "PolicyDecision",
     "Prediction",
     "ReplayStore",
+    "Sampling",
     "StepResult",
+    "TextBackend",
 ]
 
 
@@ -113,7 +118,13 @@ class ExperienceModel(Protocol):
 
     model_id: str
 
-    async def predict(self, query: ExperienceQuery) -> Prediction: ...
+    async def predict(self, query: ExperienceQuery) -> Prediction:
+        """Predict what ``query.action`` does; raises ``ModelOutputError`` when no answer is usable."""
+        ...
+
+    async def predict_initial(self, task: Task, *, seed: int | None = None) -> Observation:
+        """Predict a task's first page, for tasks the store has never seen really start."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,6 +143,73 @@ class Policy(Protocol):
     policy_id: str
 
     async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatMessage:
+    """One message of a chat prompt (``role`` is ``system``, ``user`` or ``assistant``)."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sampling:
+    """How a text backend samples an answer; part of every cache key.
+
+    ``temperature == 0`` is greedy decoding. ``seed`` makes sampling
+    reproducible where the backend supports it (the local backend seeds each
+    request's own generator; OpenAI-compatible servers receive it as ``seed``).
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(f"Sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"Sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"Sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """A text backend's answer to one chat prompt."""
+
+    text: str
+    finish_reason: str = "stop"
+    """``stop`` (the model ended or hit a stop string) or ``length`` (``max_new_tokens`` ran out)."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    """True when the answer came from the replay store's call cache."""
+
+
+@runtime_checkable
+class TextBackend(Protocol):
+    """A chat model: an OpenAI-compatible server or an in-process transformers model.
+
+    ``backend_id`` names the model *and its weights* (a hash of the weights or
+    adapter for local models); it is recorded on every synthetic step and keys
+    the call cache, so two backends with one id must answer alike.
+    """
+
+    backend_id: str
+
+    async def complete(self, messages: Sequence[ChatMessage], sampling: Sampling) -> Completion:
+        """Answer one chat prompt.
+
+        Raises:
+            BackendError: The backend failed after its retries, or its deadline passed.
+        """
+        ...
+
+    async def aclose(self) -> None: ...
 
 
 @runtime_checkable
@@ -164,6 +242,14 @@ class ReplayStore(Protocol):
 
     async def get_step(self, seq: int) -> Step: ...
 
+    async def get_steps(self, seqs: Sequence[int]) -> list[Step]: ...
+
+    async def get_task(self, task_id: str) -> Task | None: ...
+
+    async def task_seqs(self, task_id: str, *, source: Source | None = None) -> list[int]:
+        """Sequence numbers of a task's steps (of one source, or all), in commit order."""
+        ...
+
     async def episode_steps(self, episode_id: str) -> list[Step]: ...
 
     async def nearest(
@@ -177,6 +263,14 @@ class ReplayStore(Protocol):
         exclude_episodes: Sequence[str] = (),
         exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
     ) -> list[Neighbour]: ...
+
+    async def get_cached(self, key: bytes) -> bytes | None:
+        """The value stored under ``key`` in the model-call cache, or ``None``."""
+        ...
+
+    async def put_cached(self, key: bytes, value: bytes) -> None:
+        """Store a model-call answer under ``key`` (committed like every record)."""
+        ...
 
     async def flush(self) -> None: ...
 

@@ -54,6 +54,7 @@ __all__ = [
     "apply_diff",
     "diff_states",
     "flatten",
+    "lean_diff",
     "match_elements",
     "parse_state",
     "render_state",
@@ -229,6 +230,39 @@ def diff_states(old: State | str, new: State | str) -> str:
         out.extend("+ " + line for line in b[j1:j2])
         cursor = i2
     return "\n".join(out)
+
+
+def lean_diff(old: State | str, new: State | str) -> str:
+    """A shorter diff for models to write: context only where an insertion needs it.
+
+    A removal line locates itself when applied with ``strict=False`` (it is
+    searched for from the cursor), so the context lines before a removal are
+    dropped. The result is checked: when the lean diff would not rebuild
+    ``new`` (a removed line that also occurs earlier), the full diff is returned.
+    """
+    full = diff_states(old, new)
+    lines = full.split("\n") if full else []
+    kept: list[str] = []
+    for n, line in enumerate(lines):
+        if line.startswith("  ") and _next_change(lines, n).startswith("- "):
+            continue
+        kept.append(line)
+    lean = "\n".join(kept)
+    if lean == full:
+        return full
+    try:
+        rebuilt = apply_diff(old, lean, strict=False)
+    except StateFormatError:
+        return full
+    target = new if isinstance(new, State) else parse_state(new)
+    return lean if rebuilt == target else full
+
+
+def _next_change(lines: list[str], start: int) -> str:
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            return line
+    return ""
 
 
 def _minimal_context(lines: list[str], cursor: int, end: int) -> list[str]:

@@ -334,12 +334,27 @@ class LmdbReplayStore:
         """Store (or replace) an episode summary."""
         await self._put_keyed("episodes", episode.episode_id, encode_record(episode))
 
-    async def _put_keyed(self, db: str, key: str, data: bytes) -> None:
-        self._require_writable()
+    async def put_cached(self, key: bytes, value: bytes) -> None:
+        """Store a model-call answer in the ``cache`` database (see ``dreamgym.simulator``)."""
+        await self._put_keyed("cache", key, value)
+
+    async def get_cached(self, key: bytes) -> bytes | None:
+        """The model-call answer stored under ``key``, or ``None``."""
         env = self._require_env()
 
+        def read(txn: lmdb.Transaction) -> bytes | None:
+            data = txn.get(key, db=env.db("cache"))
+            return None if data is None else bytes(data)
+
+        return await anyio.to_thread.run_sync(env.read, read)
+
+    async def _put_keyed(self, db: str, key: str | bytes, data: bytes) -> None:
+        self._require_writable()
+        env = self._require_env()
+        raw_key = key.encode() if isinstance(key, str) else key
+
         def apply(txn: lmdb.Transaction, alloc: SeqAlloc) -> None:
-            txn.put(key.encode(), data, db=env.db(db))
+            txn.put(raw_key, data, db=env.db(db))
 
         await self._submit(apply, 1)
 
@@ -553,6 +568,8 @@ class LmdbReplayStore:
         return True
 
     async def _transition_text(self, step: Step) -> str:
+        if step.observation.goal:  # the episode's own goal (a MiniWoB utterance) says more than the task's
+            return transition_text(step.observation.goal, str(step.action), step.observation.state)
         instruction = self._instructions.get(step.task_id)
         if instruction is None:
             task = await self.get_task(step.task_id)

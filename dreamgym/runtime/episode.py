@@ -65,7 +65,9 @@ async def run_episode(
                 truncated=result.truncated or cut,
                 truncation_reason=result.truncation_reason or ("step_limit" if cut else ""),
                 policy_id=policy.policy_id,
-                experience_model_id=experience_model_id,
+                # A simulated env names the model and template of each step (they change when it is refitted).
+                experience_model_id=result.info.get("experience_model_id", experience_model_id),
+                prompt_template_id=result.info.get("prompt_template_id", ""),
                 timings=StepTimings(started_at=began, policy_s=t1 - t0, env_s=t2 - t1),
                 policy_tokens=decision.tokens,
             )
@@ -82,7 +84,7 @@ async def run_episode(
         seed=seed,
         site=task.site,
         policy_id=policy.policy_id,
-        experience_model_id=experience_model_id,
+        experience_model_id=steps[-1].experience_model_id,
         num_steps=len(steps),
         total_reward=sum(step.reward for step in steps),
         success=last.terminated and last.reward > 0,

@@ -1,7 +1,62 @@
 """The synthetic side: the reasoning experience model, SimulatedEnv, experience-model SFT, the curriculum.
 
-Filled in by its own issue; it builds on ``dreamgym.core`` and talks to its siblings only through
-the protocols there.
+Builds on ``dreamgym.core`` (state and action formats, protocols) and the
+replay store; never on the bridge.
+
+- ``TemplateConfig``: the prompt templates and their ablation switches; every
+  synthetic step records the template id.
+- ``parse_answer``: the tolerant parser of the model's answers.
+- ``LLMExperienceModel``: template + text backend + parser + call cache.
+- ``SimulatedEnv``: the Environment protocol over an experience model, with
+  retrieval from the store and the leakage rule's exclusions.
+- ``backends``: ``OpenAIBackend`` (any OpenAI-compatible server) and
+  ``LocalBackend`` (in-process transformers, batched).
+- Curriculum: task values from group rewards, variations, the λ-capped pool.
 """
 
-__all__: list[str] = []
+from dreamgym.simulator._curriculum import (
+    VARIATION_TEMPLATE_ID,
+    CurriculumConfig,
+    CurriculumStats,
+    TaskPool,
+    propose_variations,
+    select_seed_tasks,
+    task_value,
+    variation_messages,
+)
+from dreamgym.simulator._env import SimulatedEnv, SimulatorConfig, SimulatorStats, real_start, real_start_pages
+from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
+from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
+from dreamgym.simulator._templates import TemplateConfig, answer_text, history_of, initial_answer_text
+from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_digest
+
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "VARIATION_TEMPLATE_ID",
+    "CurriculumConfig",
+    "CurriculumStats",
+    "ExperienceModelConfig",
+    "ExperienceModelStats",
+    "LLMExperienceModel",
+    "LocalBackend",
+    "OpenAIBackend",
+    "ParsedAnswer",
+    "SimulatedEnv",
+    "SimulatorConfig",
+    "SimulatorStats",
+    "TaskPool",
+    "TemplateConfig",
+    "answer_text",
+    "call_cache_key",
+    "history_of",
+    "initial_answer_text",
+    "parse_answer",
+    "parse_initial_answer",
+    "propose_variations",
+    "real_start",
+    "real_start_pages",
+    "select_seed_tasks",
+    "task_value",
+    "variation_messages",
+    "weights_digest",
+]

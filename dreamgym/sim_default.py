@@ -1,0 +1,184 @@
+"""The offline default experience model for MiniWoB++, and the recipe that builds it.
+
+A fresh machine with no keys and no GPU gets a working experience model this
+way (``python -m dreamgym.sim_default``, which the setup script runs once):
+
+1. collect real transitions in headless Chromium: on each task that has a
+   scripted demonstrator, for each training seed, one demonstrator episode
+   and one random-explorer episode (successes, failures and detours);
+2. build SFT examples from them with the default prompt template
+   (history 2, retrieval 3, no reasoning — no teacher is reachable offline),
+   with the held-out seeds left out of examples and retrieval;
+3. train the small model from scratch that won the measured comparison with
+   SmolLM2-135M + LoRA on fidelity per second (see the README), with
+   ``dreamgym.simulator``'s SFT pipeline.
+
+The model lands in ``<cache>/sim-miniwob`` (and its store of real transitions
+in ``<cache>/sim-miniwob-data``); the held-out seeds are recorded in the
+model's metadata so evaluations keep away from its training data.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from dreamgym.agents import RandomExplorer
+from dreamgym.bridge import (
+    DEMONSTRATORS,
+    NONDETERMINISTIC,
+    BrowserConfig,
+    BrowserEnv,
+    BrowserPool,
+    MiniWobDemonstrator,
+    MiniWobSite,
+)
+from dreamgym.core.protocols import Embedder, Policy
+from dreamgym.core.types import Task
+from dreamgym.offline import cache_dir
+from dreamgym.replay import LmdbReplayStore
+from dreamgym.runtime import run_episode
+from dreamgym.simulator import TemplateConfig
+from dreamgym.simulator._sft import SimTrainConfig, build_sft_examples, train_experience_model
+
+__all__ = [
+    "DEFAULT_TASKS",
+    "HELD_OUT_SEEDS",
+    "CollectPlan",
+    "build_default",
+    "collect_miniwob",
+    "default_model_dir",
+    "default_store_dir",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TASKS = tuple(sorted(name for name in DEMONSTRATORS if name not in NONDETERMINISTIC))
+"""MiniWoB++ tasks the default model is trained on: those with a scripted demonstrator."""
+TRAIN_SEEDS = range(0, 24)
+HELD_OUT_SEEDS = range(1000, 1010)
+"""Seeds never collected for training: evaluations of the default model use these."""
+DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectPlan:
+    """Which real episodes to collect."""
+
+    tasks: Sequence[str] = DEFAULT_TASKS
+    seeds: Sequence[int] = TRAIN_SEEDS
+    demonstrator: bool = True
+    explorers: int = 1
+    """Random-explorer episodes per (task, seed)."""
+    max_steps: int = 8
+    contexts: int = 2
+    """Episodes in flight at once (browser contexts)."""
+    skipped: list[str] = field(default_factory=list)
+
+
+def default_model_dir() -> Path:
+    return cache_dir() / "sim-miniwob"
+
+
+def default_store_dir() -> Path:
+    return cache_dir() / "sim-miniwob-data" / "store"
+
+
+async def collect_miniwob(store: LmdbReplayStore, plan: CollectPlan) -> int:
+    """Run the plan's real episodes into ``store``; returns the number of steps committed."""
+    site = MiniWobSite()
+    jobs: list[tuple[Task, int, Policy]] = []
+    for name in plan.tasks:
+        task = site.task(name, max_steps=plan.max_steps)
+        await store.put_task(task)
+        for seed in plan.seeds:
+            if plan.demonstrator:
+                jobs.append((task, seed, MiniWobDemonstrator()))
+            jobs.extend((task, seed, RandomExplorer(seed * 7919 + n)) for n in range(plan.explorers))
+    committed = 0
+    try:
+        async with BrowserPool(BrowserConfig(processes=1)) as pool:
+            send, receive = anyio.create_memory_object_stream[tuple[Task, int, Policy]](len(jobs))
+            for job in jobs:
+                send.send_nowait(job)
+            send.close()
+
+            async def worker() -> None:
+                nonlocal committed
+                env = BrowserEnv(pool, sites=[site])
+                try:
+                    async for task, seed, policy in receive:
+                        steps, summary = await run_episode(
+                            env, policy, task, seed=seed, max_steps=plan.max_steps, group_id=f"{task.task_id}/{seed}"
+                        )
+                        await store.append(steps)
+                        await store.put_episode(summary)
+                        committed += len(steps)
+                finally:
+                    await env.aclose()
+
+            async with anyio.create_task_group() as group:
+                for _ in range(plan.contexts):
+                    group.start_soon(worker)
+    finally:
+        site.close()
+    return committed
+
+
+async def build_default(
+    *,
+    force: bool = False,
+    plan: CollectPlan | None = None,
+    train: SimTrainConfig | None = None,
+    embedder: Embedder | None = None,
+    out: Path | None = None,
+) -> Path:
+    """Collect (if the store is empty), build examples and train the default model; returns its directory."""
+    target = out or default_model_dir()
+    if (target / "config.json").exists() and not force:
+        return target
+    store_dir = default_store_dir() if out is None else out.with_name(out.name + "-data") / "store"
+    plan = plan or CollectPlan()
+    started = time.perf_counter()
+    async with LmdbReplayStore(store_dir, embedder=embedder) as store:
+        if (await store.stats()).steps.get("real", 0) == 0:
+            steps = await collect_miniwob(store, plan)
+            log.info("collected %d real steps in %.0f s", steps, time.perf_counter() - started)
+        await store.flush()
+        held_out = [(f"miniwob/{name}", seed) for name in plan.tasks for seed in HELD_OUT_SEEDS]
+        examples = await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    recipe = {
+        "recipe": "dreamgym.sim_default",
+        "store": str(store_dir),
+        "tasks": list(plan.tasks),
+        "train_seeds": list(plan.seeds),
+        "held_out_seeds": list(HELD_OUT_SEEDS),
+    }
+    config = train or SimTrainConfig()
+    await anyio.to_thread.run_sync(
+        lambda: train_experience_model(examples, partial, config, template=DEFAULT_TEMPLATE, extra_metadata=recipe)
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    started = time.perf_counter()
+    path = anyio.run(lambda: build_default(force="--force" in sys.argv))
+    print(f"setup: default experience model {time.perf_counter() - started:6.1f} s  ({path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""``SimulatedEnv``: the experience model behind the Environment protocol.
+
+What is decided by rule, without the model (as the real side decides it):
+an unparseable action or an id the page does not have comes back with
+``last_action_error``, reward 0 and the page unchanged; a step after the end
+says the episode is over. Everything else is the model's prediction. ``stop``
+always ends the episode (the model predicts its reward). A prediction that
+stays malformed after the model's retries ends the episode as truncated with
+reason ``model_output``; a failing backend as truncated with ``backend``. Both
+are counted in :attr:`SimulatedEnv.stats`, never raised.
+
+Leakage rule: ``exclude_episodes`` and ``exclude_task_seeds`` are removed from
+retrieval. Whoever evaluates the simulator on held-out data passes the
+episode under evaluation and every held-out (task, seed) here; they are the
+same lists SFT data building takes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+
+from dreamgym.core.actions import action_error
+from dreamgym.core.errors import BackendError, ConfigError, ModelOutputError
+from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, ReplayStore, StepResult
+from dreamgym.core.state import parse_state
+from dreamgym.core.types import Action, Observation, Task
+from dreamgym.replay.embedders import transition_text
+
+__all__ = ["SimulatedEnv", "SimulatorConfig", "SimulatorStats", "real_start", "real_start_pages"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulatorConfig:
+    """How a :class:`SimulatedEnv` runs episodes."""
+
+    max_steps: int = 30
+    """Step limit when the task sets none; the last step is then truncated (``step_limit``)."""
+    neighbours: int = 3
+    """Real transitions retrieved per step for the prompt (the template shows at most its own k)."""
+    same_site: bool = True
+    """Retrieve only from the task's site when it has one."""
+    exclude_episodes: tuple[str, ...] = ()
+    """Episodes retrieval must never return (the leakage rule)."""
+    exclude_task_seeds: tuple[tuple[str, int | None], ...] = ()
+    """(task id, seed) pairs retrieval must never return; ``None`` as seed excludes every seed."""
+    real_starts: bool = True
+    """Start from a real first page of the task when the store has one; else the model writes it."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ConfigError("SimulatorConfig.max_steps must be >= 1")
+        if self.neighbours < 0:
+            raise ConfigError("SimulatorConfig.neighbours must be >= 0")
+
+
+@dataclass(slots=True)
+class SimulatorStats:
+    """Counters of one simulated environment (``sim/...`` metrics)."""
+
+    episodes: int = 0
+    steps: int = 0
+    rule_steps: int = 0
+    """Steps answered by rule (invalid action, missing element) without the model."""
+    truncated_model_output: int = 0
+    truncated_backend: int = 0
+    real_starts: int = 0
+    predicted_starts: int = 0
+
+    def as_metrics(self) -> dict[str, int]:
+        return {f"sim/env_{key}": value for key, value in asdict(self).items()}
+
+
+@dataclass(slots=True)
+class _Episode:
+    task: Task
+    seed: int | None
+    observation: Observation
+    history: list[tuple[Observation, Action]] = field(default_factory=list)
+    over: bool = False
+
+    @property
+    def max_steps(self) -> int:
+        return self.task.max_steps
+
+
+class SimulatedEnv:
+    """An :class:`~dreamgym.core.protocols.Environment` whose steps an experience model predicts.
+
+    Args:
+        model: The experience model.
+        store: Where retrieval and real first pages come from; ``None`` runs
+            without either (the model then writes every first page).
+        config: Step limit, retrieval and the leakage rule's exclusions.
+
+    Example:
+        >>> env = SimulatedEnv(model, store=store)
+        >>> obs = await env.reset(task, seed=3)
+        >>> result = await env.step(parse_action('click [e3] "Submit"'))
+    """
+
+    source = "synthetic"
+
+    def __init__(
+        self, model: ExperienceModel, *, store: ReplayStore | None = None, config: SimulatorConfig | None = None
+    ) -> None:
+        self.model = model
+        self.store = store
+        self.config = config or SimulatorConfig()
+        self.stats = SimulatorStats()
+        self._episode: _Episode | None = None
+        self._starts: dict[str, list[tuple[int | None, Observation]]] = {}
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        """Start an episode from the task's real first page, or one the model writes."""
+        observation = await self._first_page(task, seed)
+        return self.start_from(task, observation, seed=seed)
+
+    def start_from(self, task: Task, observation: Observation, *, seed: int | None = None) -> Observation:
+        """Start an episode at a given observation: a group's shared start, or a real state to branch from."""
+        parse_state(observation.state)  # refuse a start the model could never continue
+        self.stats.episodes += 1
+        self._episode = _Episode(task=task, seed=seed, observation=observation)
+        return observation
+
+    async def step(self, action: Action) -> StepResult:
+        episode = self._episode
+        if episode is None or episode.over:
+            current = episode.observation if episode else Observation(state="")
+            error = "the episode is over; call reset() to start another"
+            return StepResult(
+                observation=msgspec.structs.replace(current, last_action_error=error),
+                reward=0.0,
+                terminated=False,
+                truncated=False,
+            )
+        self.stats.steps += 1
+        error = action_error(action, parse_state(episode.observation.state))
+        if error:
+            self.stats.rule_steps += 1
+            observation = msgspec.structs.replace(episode.observation, last_action_error=error)
+            return self._advance(episode, action, observation, reward=0.0, terminated=False, info={"rule": True})
+        query = ExperienceQuery(
+            task=episode.task,
+            history=tuple(episode.history),
+            observation=episode.observation,
+            action=action,
+            neighbours=await self._neighbours(episode, action),
+            seed=episode.seed,
+        )
+        info: dict[str, Any] = {"experience_model_id": self.model.model_id}
+        try:
+            prediction = await self.model.predict(query)
+        except ModelOutputError as exc:
+            self.stats.truncated_model_output += 1
+            return self._cut(episode, "model_output", str(exc), info)
+        except BackendError as exc:
+            self.stats.truncated_backend += 1
+            return self._cut(episode, "backend", str(exc), info)
+        info.update(
+            experience_model_id=prediction.model_id or self.model.model_id,
+            prompt_template_id=prediction.template_id,
+            reasoning=prediction.reasoning,
+            neighbours=[n.seq for n in query.neighbours],
+        )
+        terminated = prediction.terminated or action.name == "stop"
+        return self._advance(episode, action, prediction.observation, prediction.reward, terminated, info)
+
+    def _advance(
+        self,
+        episode: _Episode,
+        action: Action,
+        observation: Observation,
+        reward: float,
+        terminated: bool,
+        info: dict[str, Any],
+    ) -> StepResult:
+        episode.history.append((episode.observation, action))
+        episode.observation = observation
+        limit = episode.max_steps or self.config.max_steps
+        truncated = not terminated and len(episode.history) >= limit
+        episode.over = terminated or truncated
+        return StepResult(
+            observation=observation,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            truncation_reason="step_limit" if truncated else "",
+            info=info,
+        )
+
+    def _cut(self, episode: _Episode, reason: str, error: str, info: dict[str, Any]) -> StepResult:
+        episode.over = True
+        log.info("simulated episode of %s truncated (%s): %s", episode.task.task_id, reason, error)
+        return StepResult(
+            observation=episode.observation,
+            reward=0.0,
+            terminated=False,
+            truncated=True,
+            truncation_reason=reason,
+            info={**info, "error": error},
+        )
+
+    async def _neighbours(self, episode: _Episode, action: Action) -> tuple[Neighbour, ...]:
+        if self.store is None or self.config.neighbours == 0:
+            return ()
+        text = transition_text(
+            episode.observation.goal or episode.task.instruction, str(action), episode.observation.state
+        )
+        found = await self.store.nearest(
+            text,
+            self.config.neighbours,
+            source="real",
+            site=episode.task.site or None if self.config.same_site else None,
+            exclude_episodes=self.config.exclude_episodes,
+            exclude_task_seeds=self.config.exclude_task_seeds,
+        )
+        return tuple(found)
+
+    async def _first_page(self, task: Task, seed: int | None) -> Observation:
+        if self.config.real_starts and self.store is not None:
+            if task.task_id not in self._starts:
+                self._starts[task.task_id] = await real_start_pages(self.store, task.task_id)
+            pages = self._starts[task.task_id]
+            if pages:
+                self.stats.real_starts += 1
+                return real_start(pages, seed)
+        self.stats.predicted_starts += 1
+        return await self.model.predict_initial(task, seed=seed)
+
+    async def aclose(self) -> None:
+        self._episode = None
+
+
+async def real_start_pages(store: ReplayStore, task_id: str) -> list[tuple[int | None, Observation]]:
+    """The first observations of a task's real episodes, one per seed, by seed."""
+    starts: dict[int | None, Observation] = {}
+    for step in await store.get_steps(await store.task_seqs(task_id, source="real")):
+        if step.step_index == 0 and step.seed not in starts:
+            starts[step.seed] = step.observation
+    return sorted(starts.items(), key=lambda item: (item[0] is None, item[0] or 0))
+
+
+def real_start(pages: Sequence[tuple[int | None, Observation]], seed: int | None) -> Observation:
+    """The real first page for ``seed``: the one recorded with that seed, else one the seed picks."""
+    for page_seed, page in pages:
+        if page_seed == seed:
+            return page
+    return pages[(seed or 0) % len(pages)][1]

@@ -1,0 +1,224 @@
+"""One-step (teacher-forced) fidelity of an experience model against real transitions.
+
+For each real step, the model gets the task, the real history, the real state
+and the real action, and its prediction is compared with what really
+happened. Two baselines are scored on the same steps with the same
+retrieval: ``copy_top_retrieved`` (the nearest real transition's next state,
+reward and end, its diff replayed onto the current page when it applies) and
+``unchanged`` (the page stays, reward 0, the episode goes on). A simulator
+that does not beat both is not simulating.
+
+Scores per step (in ``core``'s state format):
+
+- reward correct: ``|predicted - real| <= 0.5`` (rewards are outcome rewards in [0, 1]);
+- done correct: the predicted end equals the real ``terminated``;
+- element precision / recall / F1: elements matched by role, name and
+  ancestry (:func:`~dreamgym.core.state.match_elements`, ids ignored) that also
+  agree in text and properties, over predicted / real elements;
+- hallucination: predicted elements with no real element of that role and name;
+- similarity: ``difflib`` ratio between the rendered line lists.
+
+A prediction the model could not make (malformed after retries, a backend
+error) scores zero everywhere and is counted in ``failures``.
+
+Leakage rule: retrieval for a step excludes its own episode and every pair in
+``exclude_task_seeds`` (pass every held-out (task, seed)).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import anyio
+
+from dreamgym.core.errors import BackendError, ModelOutputError, StateFormatError
+from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, ReplayStore
+from dreamgym.core.state import State, apply_diff, diff_states, flatten, match_elements, parse_state
+from dreamgym.core.types import Step
+from dreamgym.replay.embedders import transition_text
+
+__all__ = ["FidelitySummary", "StepScore", "one_step_fidelity", "score_prediction"]
+
+BASELINES = ("copy_top_retrieved", "unchanged")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepScore:
+    """How one predicted transition compares with the real one."""
+
+    reward_correct: bool
+    done_correct: bool
+    exact: bool
+    similarity: float
+    precision: float
+    recall: float
+    f1: float
+    hallucination: float
+    failed: bool = False
+
+
+FAILED = StepScore(
+    reward_correct=False, done_correct=False, exact=False, similarity=0.0, precision=0.0, recall=0.0, f1=0.0,
+    hallucination=0.0, failed=True,
+)  # fmt: skip
+
+
+def score_prediction(real: Step, state: State | str, reward: float, done: bool) -> StepScore:
+    """Score a predicted next state, reward and end against a real step."""
+    predicted = state if isinstance(state, State) else parse_state(state)
+    actual = parse_state(real.next_observation.state)
+    predicted_flat, actual_flat = flatten(predicted), flatten(actual)
+    matches = match_elements(predicted, actual)
+    correct = sum(
+        1
+        for m in matches
+        if predicted_flat[m.left].element.text == actual_flat[m.right].element.text
+        and predicted_flat[m.left].element.props == actual_flat[m.right].element.props
+    )
+    precision = correct / len(predicted_flat) if predicted_flat else float(not actual_flat)
+    recall = correct / len(actual_flat) if actual_flat else float(not predicted_flat)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    real_keys = {flat.key for flat in actual_flat}
+    invented = sum(1 for flat in predicted_flat if flat.key not in real_keys)
+    lines_a, lines_b = predicted.render().split("\n"), actual.render().split("\n")
+    return StepScore(
+        reward_correct=abs(reward - real.reward) <= 0.5,
+        done_correct=done == real.terminated,
+        exact=predicted == actual,
+        similarity=difflib.SequenceMatcher(None, lines_a, lines_b, autojunk=False).ratio(),
+        precision=precision,
+        recall=recall,
+        f1=f1,
+        hallucination=invented / len(predicted_flat) if predicted_flat else 0.0,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FidelitySummary:
+    """Mean scores over ``n`` steps (failed predictions count as zero), with timings."""
+
+    name: str
+    n: int
+    reward_accuracy: float
+    done_accuracy: float
+    exact_match: float
+    similarity: float
+    precision: float
+    recall: float
+    f1: float
+    hallucination_rate: float
+    failures: int
+    seconds_per_step: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def summarise(name: str, scores: Sequence[StepScore], seconds: float = 0.0) -> FidelitySummary:
+    def mean(values: Sequence[float]) -> float:
+        return round(statistics.fmean(values), 4) if values else 0.0
+
+    return FidelitySummary(
+        name=name,
+        n=len(scores),
+        reward_accuracy=mean([float(s.reward_correct) for s in scores]),
+        done_accuracy=mean([float(s.done_correct) for s in scores]),
+        exact_match=mean([float(s.exact) for s in scores]),
+        similarity=mean([s.similarity for s in scores]),
+        precision=mean([s.precision for s in scores]),
+        recall=mean([s.recall for s in scores]),
+        f1=mean([s.f1 for s in scores]),
+        hallucination_rate=mean([s.hallucination for s in scores if not s.failed]),
+        failures=sum(s.failed for s in scores),
+        seconds_per_step=round(seconds / len(scores), 4) if scores else 0.0,
+    )
+
+
+async def one_step_fidelity(
+    model: ExperienceModel | None,
+    steps: Sequence[Step],
+    *,
+    store: ReplayStore | None,
+    neighbours: int = 3,
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    concurrency: int = 8,
+) -> dict[str, FidelitySummary]:
+    """Teacher-forced scores of ``model`` (if given) and the two baselines on real ``steps``.
+
+    ``steps`` should be whole episodes (the history of a step is the steps of
+    its episode before it). Returns summaries keyed ``model``,
+    ``copy_top_retrieved`` and ``unchanged``.
+    """
+    from dreamgym.core.types import Task
+
+    by_episode: dict[str, list[Step]] = {}
+    for step in steps:
+        by_episode.setdefault(step.episode_id, []).append(step)
+    queries: list[tuple[Step, ExperienceQuery]] = []
+    for episode in by_episode.values():
+        episode.sort(key=lambda s: s.step_index)
+        for step in episode:
+            goal = step.observation.goal or step.task_id
+            found: tuple[Neighbour, ...] = ()
+            if store is not None and neighbours:
+                text = transition_text(goal, str(step.action), step.observation.state)
+                found = tuple(
+                    await store.nearest(
+                        text, neighbours, source="real", site=step.site or None,
+                        exclude_episodes=(step.episode_id,), exclude_task_seeds=exclude_task_seeds,
+                    )
+                )  # fmt: skip
+            task = Task(task_id=step.task_id, instruction=goal, site=step.site)
+            history = tuple((s.observation, s.action) for s in episode[: step.step_index])
+            queries.append((step, ExperienceQuery(
+                task=task, history=history, observation=step.observation, action=step.action, neighbours=found,
+                seed=step.seed,
+            )))  # fmt: skip
+    results = {
+        "copy_top_retrieved": summarise("copy_top_retrieved", [_copy_top(step, q) for step, q in queries]),
+        "unchanged": summarise(
+            "unchanged", [score_prediction(step, step.observation.state, 0.0, False) for step, _ in queries]
+        ),
+    }
+    if model is not None:
+        scores, seconds = await _model_scores(model, queries, concurrency)
+        results = {"model": summarise("model", scores, seconds), **results}
+    return results
+
+
+async def _model_scores(
+    model: ExperienceModel, queries: list[tuple[Step, ExperienceQuery]], concurrency: int
+) -> tuple[list[StepScore], float]:
+    scores: list[StepScore] = [FAILED] * len(queries)
+    limiter = anyio.CapacityLimiter(concurrency)
+
+    async def one(n: int, step: Step, query: ExperienceQuery) -> None:
+        async with limiter:
+            try:
+                prediction = await model.predict(query)
+            except (ModelOutputError, BackendError):
+                return
+        terminated = prediction.terminated or step.action.name == "stop"
+        scores[n] = score_prediction(step, prediction.observation.state, prediction.reward, terminated)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for n, (step, query) in enumerate(queries):
+            group.start_soon(one, n, step, query)
+    return scores, time.perf_counter() - started
+
+
+def _copy_top(step: Step, query: ExperienceQuery) -> StepScore:
+    if not query.neighbours:
+        return score_prediction(step, step.observation.state, 0.0, False)
+    top = query.neighbours[0].step
+    state = top.next_observation.state
+    # Replay the neighbour's change onto this page where it applies, else take its page as is.
+    with contextlib.suppress(StateFormatError):
+        state = apply_diff(step.observation.state, diff_states(top.observation.state, state), strict=False).render()
+    return score_prediction(step, state, top.reward, top.terminated)

@@ -1,0 +1,225 @@
+"""The reasoning experience model: a prompt template, a text backend, a parser and a call cache.
+
+:class:`LLMExperienceModel` turns an :class:`~dreamgym.core.protocols.ExperienceQuery`
+into chat messages (``_templates``), asks a :class:`~dreamgym.core.protocols.TextBackend`,
+and parses the answer (``_parse``). A malformed answer is asked again, up to
+``max_attempts`` in all; the first attempt samples as configured, retries
+sample at ``retry_temperature`` with a new seed (a greedy retry would repeat
+the same answer). When every attempt fails, :class:`ModelOutputError` says why,
+and :class:`~dreamgym.simulator.SimulatedEnv` ends the episode as truncated.
+
+Call cache: with a store, every answer is kept in the store's ``cache``
+database under ``sha256(backend_id, template_id, messages, sampling, seed)``.
+``backend_id`` names the weights (a hash of them for local models), so a
+cached run with the same model, template, seeds and policy actions replays
+byte-identical synthetic trajectories; a retrained model misses the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field, replace
+
+import msgspec
+
+from dreamgym.core.errors import ConfigError, ModelOutputError
+from dreamgym.core.protocols import (
+    ChatMessage,
+    Completion,
+    ExperienceQuery,
+    Prediction,
+    ReplayStore,
+    Sampling,
+    TextBackend,
+)
+from dreamgym.core.types import Observation, Task
+from dreamgym.simulator._parse import parse_answer, parse_initial_answer
+from dreamgym.simulator._templates import TemplateConfig
+
+__all__ = ["ExperienceModelConfig", "ExperienceModelStats", "LLMExperienceModel", "call_cache_key"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExperienceModelConfig:
+    """How the experience model asks its backend."""
+
+    template: TemplateConfig = field(default_factory=TemplateConfig)
+    """The prompt template and its switches (history, retrieval, reasoning, output form)."""
+    sampling: Sampling = field(default_factory=lambda: Sampling(max_new_tokens=512))
+    """Sampling of the first attempt; greedy by default."""
+    max_attempts: int = 3
+    """Attempts per prediction when answers are malformed (1 = no retry)."""
+    retry_temperature: float = 0.7
+    """Temperature of the retries, so that they can differ from the first answer."""
+    initial_max_new_tokens: int = 1024
+    """Token budget of the initial-page prompt (a whole page, not a diff)."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("ExperienceModelConfig.max_attempts must be >= 1")
+
+
+@dataclass(slots=True)
+class ExperienceModelStats:
+    """Counters of one model's calls (``sim/...`` metrics)."""
+
+    predictions: int = 0
+    calls: int = 0
+    cached_calls: int = 0
+    malformed_answers: int = 0
+    failed_predictions: int = 0
+    """Predictions whose every attempt was malformed (each ends an episode as truncated)."""
+
+    def as_metrics(self) -> dict[str, int]:
+        return {f"sim/{key}": value for key, value in asdict(self).items()}
+
+
+class _Cached(msgspec.Struct, frozen=True):
+    text: str
+    finish_reason: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def _derive_seed(*parts: int | None) -> int:
+    """A stable 31-bit seed from the run's, the episode's, the depth and the attempt."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def call_cache_key(backend_id: str, template_id: str, messages: list[ChatMessage], sampling: Sampling) -> bytes:
+    """The cache key of one model call (32 bytes)."""
+    payload = {
+        "backend": backend_id,
+        "template": template_id,
+        "messages": [[m.role, m.content] for m in messages],
+        "sampling": asdict(sampling),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).digest()
+
+
+class LLMExperienceModel:
+    """An :class:`~dreamgym.core.protocols.ExperienceModel` on any text backend.
+
+    Args:
+        backend: The chat model.
+        config: Template, sampling and retries.
+        store: Where the call cache lives; ``None`` disables caching.
+
+    Example:
+        >>> model = LLMExperienceModel(LocalBackend.load(path), store=store)
+        >>> prediction = await model.predict(query)
+    """
+
+    def __init__(
+        self, backend: TextBackend, *, config: ExperienceModelConfig | None = None, store: ReplayStore | None = None
+    ) -> None:
+        self.backend = backend
+        self.config = config or ExperienceModelConfig()
+        self.store = store
+        self.stats = ExperienceModelStats()
+
+    @property
+    def model_id(self) -> str:
+        return self.backend.backend_id
+
+    @property
+    def template_id(self) -> str:
+        return self.config.template.template_id
+
+    async def predict(self, query: ExperienceQuery) -> Prediction:
+        """Predict the next observation, reward and end for ``query``.
+
+        Raises:
+            ModelOutputError: Every attempt's answer was malformed.
+            BackendError: The backend failed.
+        """
+        self.stats.predictions += 1
+        messages = self.config.template.messages(query)
+        current = query.observation
+        errors = []
+        for attempt in range(self.config.max_attempts):
+            completion = await self._call(messages, self._sampling(query.seed, len(query.history), attempt))
+            try:
+                answer = parse_answer(completion.text, current.state)
+            except ModelOutputError as exc:
+                self.stats.malformed_answers += 1
+                errors.append(f"attempt {attempt + 1}: {exc}")
+                log.debug("malformed experience-model answer (%s): %r", exc, completion.text[:200])
+                continue
+            observation = Observation(
+                state=answer.state.render(),
+                url=current.url,
+                tabs=current.tabs,
+                active_tab=current.active_tab,
+                goal=current.goal,
+                last_action_error=answer.error,
+            )
+            return Prediction(
+                observation=observation,
+                reward=answer.reward,
+                terminated=answer.done,
+                reasoning=answer.reasoning,
+                model_id=self.model_id,
+                template_id=self.template_id,
+                raw=completion.text,
+            )
+        self.stats.failed_predictions += 1
+        raise ModelOutputError(f"{self.model_id} gave no usable answer in {len(errors)} attempts: {'; '.join(errors)}")
+
+    async def predict_initial(self, task: Task, *, seed: int | None = None) -> Observation:
+        """Predict a task's first page (when the store holds no real one).
+
+        Raises:
+            ModelOutputError: Every attempt's answer was malformed.
+        """
+        messages = self.config.template.initial_messages(task, seed=seed)
+        errors = []
+        for attempt in range(self.config.max_attempts):
+            sampling = replace(self._sampling(seed, 0, attempt), max_new_tokens=self.config.initial_max_new_tokens)
+            completion = await self._call(messages, sampling, self.config.template.initial_template_id)
+            try:
+                state = parse_initial_answer(completion.text)
+            except ModelOutputError as exc:
+                self.stats.malformed_answers += 1
+                errors.append(f"attempt {attempt + 1}: {exc}")
+                continue
+            return Observation(state=state.render(), url=task.start_url)
+        self.stats.failed_predictions += 1
+        raise ModelOutputError(f"{self.model_id} could not write the first page of {task.task_id}: {'; '.join(errors)}")
+
+    def _sampling(self, seed: int | None, depth: int, attempt: int) -> Sampling:
+        base = self.config.sampling
+        derived = None if seed is None and base.seed is None else _derive_seed(base.seed, seed, depth, attempt)
+        if attempt == 0:
+            return replace(base, seed=derived if base.temperature > 0 else base.seed)
+        retry_seed = derived if derived is not None else attempt
+        return replace(base, temperature=self.config.retry_temperature, seed=retry_seed)
+
+    async def _call(
+        self, messages: list[ChatMessage], sampling: Sampling, template_id: str | None = None
+    ) -> Completion:
+        self.stats.calls += 1
+        if self.store is None:
+            return await self.backend.complete(messages, sampling)
+        key = call_cache_key(self.model_id, template_id or self.template_id, messages, sampling)
+        hit = await self.store.get_cached(key)
+        if hit is not None:
+            self.stats.cached_calls += 1
+            cached = msgspec.msgpack.decode(hit, type=_Cached)
+            return Completion(
+                text=cached.text,
+                finish_reason=cached.finish_reason,
+                prompt_tokens=cached.prompt_tokens,
+                completion_tokens=cached.completion_tokens,
+                cached=True,
+            )
+        completion = await self.backend.complete(messages, sampling)
+        value = _Cached(
+            completion.text, completion.finish_reason, completion.prompt_tokens, completion.completion_tokens
+        )
+        await self.store.put_cached(key, msgspec.msgpack.encode(value))
+        return completion

@@ -1,0 +1,138 @@
+"""A tolerant parser of the experience model's answers (see ``_templates``).
+
+Tolerated: tags in any case, surrounding prose, Markdown code fences, a last
+tag left unclosed, ``+line`` without the space, rewards written ``1.0`` or
+``+1``, ``done`` as yes/no/true/false/1/0. Not tolerated (a
+:class:`~dreamgym.core.errors.ModelOutputError` naming what is wrong, which the
+experience model answers by retrying): a missing reward, done flag or page, a
+diff that does not apply, a page that is not in the state format, an answer
+longer than ``MAX_ANSWER_CHARS``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dreamgym.core.errors import ModelOutputError, StateFormatError
+from dreamgym.core.state import State, apply_diff, parse_state
+
+__all__ = ["MAX_ANSWER_CHARS", "ParsedAnswer", "parse_answer", "parse_initial_answer"]
+
+MAX_ANSWER_CHARS = 200_000
+"""Longer answers are refused unread (a runaway generation, not a page)."""
+
+_TAGS = ("think", "diff", "state", "error", "reward", "done")
+_OPEN = re.compile(r"<(think|diff|state|error|reward|done)>", re.IGNORECASE)
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$", re.MULTILINE)
+_YES = {"yes", "y", "true", "1", "ended", "end", "done"}
+_NO = {"no", "n", "false", "0", "continues", "continue", "not done"}
+_NO_CHANGE = {"", "(none)", "none", "(no change)", "no change", "unchanged"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedAnswer:
+    """What an answer says: the next page, reward, end and reasoning."""
+
+    state: State
+    reward: float
+    done: bool
+    reasoning: str = ""
+    error: str = ""
+    """The action's failure on the page, when the model says it failed."""
+
+
+def parse_answer(text: str, current: State | str) -> ParsedAnswer:
+    """Read an answer to the step prompt; ``current`` is the page before the action.
+
+    Raises:
+        ModelOutputError: The answer lacks a part or a part is malformed.
+    """
+    fields = _fields(text)
+    if "diff" in fields:
+        state = _apply(current, fields["diff"])
+    elif "state" in fields:
+        state = _parse_page(fields["state"])
+    else:
+        raise ModelOutputError("the answer has neither <diff> nor <state>; the next page is missing")
+    return ParsedAnswer(
+        state=state,
+        reward=_reward(fields),
+        done=_done(fields),
+        reasoning=fields.get("think", ""),
+        error=" ".join(fields.get("error", "").split()),
+    )
+
+
+def parse_initial_answer(text: str) -> State:
+    """Read an answer to the initial-page prompt.
+
+    Raises:
+        ModelOutputError: There is no ``<state>``, or it is not in the state format.
+    """
+    fields = _fields(text)
+    if "state" not in fields:
+        raise ModelOutputError("the answer has no <state>; the first page is missing")
+    return _parse_page(fields["state"])
+
+
+def _fields(text: str) -> dict[str, str]:
+    if len(text) > MAX_ANSWER_CHARS:
+        raise ModelOutputError(f"the answer is {len(text)} characters, over the {MAX_ANSWER_CHARS} accepted")
+    text = _FENCE.sub("", text)
+    fields: dict[str, str] = {}
+    opens = list(_OPEN.finditer(text))
+    for n, match in enumerate(opens):
+        tag = match.group(1).lower()
+        if tag in fields:
+            continue  # the first occurrence counts; later ones are the model repeating itself
+        end_of_body = opens[n + 1].start() if n + 1 < len(opens) else len(text)
+        body = text[match.end() : end_of_body]
+        close = re.search(rf"</{tag}>", body, re.IGNORECASE)
+        fields[tag] = (body[: close.start()] if close else body).strip("\n").rstrip()
+    return fields
+
+
+def _apply(current: State | str, diff: str) -> State:
+    lines = [_fix_prefix(line) for line in diff.split("\n") if line.strip()]
+    base = current if isinstance(current, State) else parse_state(current)
+    if " ".join(lines).strip().lower() in _NO_CHANGE:
+        return base
+    try:
+        return apply_diff(base, "\n".join(lines), strict=False)
+    except StateFormatError as exc:
+        raise ModelOutputError(f"the <diff> does not apply to the current page: {exc}") from exc
+
+
+def _fix_prefix(line: str) -> str:
+    if line[:1] in "+-" and line[1:2] not in (" ", ""):
+        return f"{line[0]} {line[1:]}"
+    return line
+
+
+def _parse_page(text: str) -> State:
+    try:
+        return parse_state(text)
+    except StateFormatError as exc:
+        raise ModelOutputError(f"the page in <state> is not in the state format: {exc}") from exc
+
+
+def _reward(fields: dict[str, str]) -> float:
+    if "reward" not in fields:
+        raise ModelOutputError("the answer has no <reward>")
+    match = _NUMBER.search(fields["reward"])
+    if match is None:
+        raise ModelOutputError(f"<reward> is not a number: {fields['reward'][:40]!r}")
+    return float(match.group())
+
+
+def _done(fields: dict[str, str]) -> bool:
+    if "done" not in fields:
+        raise ModelOutputError("the answer has no <done>")
+    word = fields["done"].strip().strip(".").lower()
+    if word in _YES:
+        return True
+    if word in _NO:
+        return False
+    raise ModelOutputError(f"<done> must be yes or no, not {fields['done'][:40]!r}")

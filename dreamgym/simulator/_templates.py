@@ -1,0 +1,236 @@
+"""The experience model's prompt templates: what it reads and how it answers.
+
+One template family, switched by :class:`TemplateConfig`; its
+:attr:`~TemplateConfig.template_id` names every switch and is recorded on each
+synthetic step, so a store says which prompt produced which prediction. The
+paper's ablations are settings: ``history=0`` (no history), ``neighbours=0``
+(no retrieval), ``reasoning=False`` (no chain of thought).
+
+The prompt (a system message, then one user message)::
+
+    Task: Enter "Marcella" into the text field and press Submit.
+    Similar real transitions (most similar first):
+    #1 goal: Enter "Ronda" into the text field and press Submit.
+    action: click [e3] "Submit"
+    outcome: reward 1, episode ended
+    changes: (none)
+    History (oldest first):
+    step 1: type [e2] [Marcella] [0]
+    changes:
+    - [e2] textbox
+    + [e2] textbox: Marcella
+    Current state:
+    [e1] generic: Enter "Marcella" into the text field and press Submit.
+    [e2] textbox: Marcella
+    [e3] button "Submit"
+    Action: click [e3] "Submit"
+
+The answer (``<think>`` only when the template asks for reasoning; ``<state>``
+with the whole next state instead of ``<diff>`` when ``output="state"``;
+``<error>`` only when the action fails on the page)::
+
+    <think>The field holds the requested name, so submitting solves the task.</think>
+    <diff>
+    </diff>
+    <reward>1</reward>
+    <done>yes</done>
+
+Changing what a template id renders breaks cached calls and the meaning of
+stored steps: make a new version instead (bump ``VERSION``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour
+from dreamgym.core.state import diff_states, lean_diff
+from dreamgym.core.types import Action, Observation, Step, Task
+
+__all__ = ["VERSION", "TemplateConfig", "answer_text", "history_of", "initial_answer_text"]
+
+VERSION = "v1"
+"""Version of the text this module renders; part of every template id."""
+
+OutputForm = Literal["diff", "state"]
+
+_SYSTEM = """You are the experience model of a web environment: you predict what a web page shows after an agent acts.
+Pages are written one element per line: [id] role "name" [property]: text, two spaces of indent per nesting level.
+Given the task, the history, the current page and the action, answer with the page after the action{reasoning}:
+{form}
+<reward>1 if this action completes the task successfully, else 0</reward>
+<done>yes if the episode ends with this action (the task is solved or failed for good), else no</done>
+Add <error>why</error> after the page only when the action cannot be carried out on this page."""
+
+_REASONING = ", after thinking step by step inside <think>...</think>"
+_DIFF_FORM = (
+    "<diff>\nthe changed lines: '- ' removes a line, '+ ' adds one, '  ' is an unchanged line that "
+    "locates the change; leave it empty when nothing changes\n</diff>"
+)
+_STATE_FORM = "<state>\nevery line of the page after the action\n</state>"
+
+_INITIAL_SYSTEM = """You are the experience model of a web environment: you predict what a web page shows.
+Pages are written one element per line: [id] role "name" [property]: text, two spaces of indent per nesting level.
+Given a task and its start URL, write the page as it first appears, inside <state>...</state>."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TemplateConfig:
+    """The switches of the experience model's prompt."""
+
+    history: int = 2
+    """How many past (state, action) steps the prompt shows, as the changes each made (H)."""
+    neighbours: int = 3
+    """How many retrieved real transitions the prompt shows (k); 0 turns retrieval off."""
+    reasoning: bool = False
+    """Ask for step-by-step reasoning in ``<think>`` before the prediction."""
+    output: OutputForm = "diff"
+    """Predict the next state as a diff against the current one, or in full."""
+    max_state_chars: int = 8000
+    """Longer states are cut (with a note) so prompts stay within the model's context."""
+    max_change_lines: int = 12
+    """Longest diff shown for a retrieved transition or a history step (the rest is counted)."""
+
+    def __post_init__(self) -> None:
+        if self.history < 0 or self.neighbours < 0:
+            raise ConfigError("TemplateConfig.history and .neighbours must be >= 0")
+        if self.output not in ("diff", "state"):
+            raise ConfigError(f"TemplateConfig.output must be 'diff' or 'state', not {self.output!r}")
+        if self.max_state_chars < 200 or self.max_change_lines < 1:
+            raise ConfigError("TemplateConfig.max_state_chars must be >= 200 and max_change_lines >= 1")
+
+    @property
+    def template_id(self) -> str:
+        """E.g. ``experience/v1:h2:k3:direct:diff``; recorded on every synthetic step."""
+        mode = "think" if self.reasoning else "direct"
+        return f"experience/{VERSION}:h{self.history}:k{self.neighbours}:{mode}:{self.output}"
+
+    @property
+    def initial_template_id(self) -> str:
+        """The id of the initial-state prompt (used when the store has no real start)."""
+        return f"experience/{VERSION}:initial"
+
+    def messages(self, query: ExperienceQuery) -> list[ChatMessage]:
+        """The chat prompt for one prediction."""
+        system = _SYSTEM.format(
+            reasoning=_REASONING if self.reasoning else "",
+            form=_DIFF_FORM if self.output == "diff" else _STATE_FORM,
+        )
+        return [
+            ChatMessage(role="system", content=system),
+            ChatMessage(role="user", content=self._user_text(query)),
+        ]
+
+    def initial_messages(self, task: Task, *, seed: int | None = None) -> list[ChatMessage]:
+        """The chat prompt that asks for a task's first page."""
+        lines = [f"Task: {task.instruction}"]
+        if task.start_url:
+            lines.append(f"Start URL: {task.start_url}")
+        if seed is not None:
+            lines.append(f"Seed: {seed}")
+        return [
+            ChatMessage(role="system", content=_INITIAL_SYSTEM),
+            ChatMessage(role="user", content="\n".join(lines)),
+        ]
+
+    def _user_text(self, query: ExperienceQuery) -> str:
+        current = query.observation
+        lines = [f"Task: {current.goal or query.task.instruction}"]
+        if current.url:
+            lines.append(f"URL: {current.url}")
+        if len(current.tabs) > 1:
+            lines.append(f"Tabs: {' | '.join(current.tabs)} (active: {current.active_tab})")
+        neighbours = query.neighbours[: self.neighbours]
+        if neighbours:
+            lines.append("Similar real transitions (most similar first):")
+            for n, neighbour in enumerate(neighbours, 1):
+                lines.extend(_neighbour_lines(n, neighbour, self.max_change_lines))
+        history = query.history[-self.history :] if self.history else ()
+        if history:
+            lines.append("History (oldest first):")
+            first = len(query.history) - len(history) + 1
+            following = [obs for obs, _ in history[1:]] + [current]
+            for n, ((before, action), after) in enumerate(zip(history, following, strict=True), first):
+                lines.append(f"step {n}: {action}")
+                lines.extend(_changes(before.state, after.state, after.last_action_error, self.max_change_lines))
+        lines.append("Current state:")
+        lines.append(self._cut(current.state))
+        if current.focused_id:
+            lines.append(f"Focused: [{current.focused_id}]")
+        if current.last_action_error:
+            lines.append(f"Last action error: {current.last_action_error}")
+        lines.append(f"Action: {query.action}")
+        return "\n".join(lines)
+
+    def _cut(self, state: str) -> str:
+        if len(state) <= self.max_state_chars:
+            return state
+        kept = state[: self.max_state_chars].rsplit("\n", 1)[0]
+        return f"{kept}\n(... {state.count(chr(10)) - kept.count(chr(10))} more lines cut)"
+
+
+def _neighbour_lines(n: int, neighbour: Neighbour, max_lines: int) -> list[str]:
+    step = neighbour.step
+    ended = "episode ended" if step.terminated else "episode continues"
+    lines = [
+        f"#{n} goal: {step.observation.goal or step.task_id}",
+        f"action: {step.action}",
+        f"outcome: reward {_number(step.reward)}, {ended}",
+    ]
+    after = step.next_observation
+    lines.extend(_changes(step.observation.state, after.state, after.last_action_error, max_lines))
+    return lines
+
+
+def _changes(before: str, after: str, error: str, max_lines: int) -> list[str]:
+    lines = [f"error: {error}"] if error else []
+    diff = diff_states(before, after).split("\n")
+    if diff == [""]:
+        return [*lines, "changes: (none)"]
+    lines.append("changes:")
+    lines.extend(diff[:max_lines])
+    if len(diff) > max_lines:
+        lines.append(f"(... {len(diff) - max_lines} more changed lines)")
+    return lines
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def answer_text(
+    config: TemplateConfig,
+    *,
+    observation: Observation,
+    next_observation: Observation,
+    reward: float,
+    done: bool,
+    reasoning: str = "",
+) -> str:
+    """The answer the template asks for, written for a known transition (SFT targets)."""
+    parts = []
+    if config.reasoning:
+        parts.append(f"<think>{reasoning.strip()}</think>")
+    if config.output == "diff":
+        diff = lean_diff(observation.state, next_observation.state)
+        parts.append(f"<diff>\n{diff}\n</diff>" if diff else "<diff>\n</diff>")
+    else:
+        parts.append(f"<state>\n{next_observation.state}\n</state>")
+    if next_observation.last_action_error:
+        parts.append(f"<error>{next_observation.last_action_error}</error>")
+    parts.append(f"<reward>{_number(reward)}</reward>")
+    parts.append(f"<done>{'yes' if done else 'no'}</done>")
+    return "\n".join(parts)
+
+
+def initial_answer_text(observation: Observation) -> str:
+    """The answer to :meth:`TemplateConfig.initial_messages` for a known first page."""
+    return f"<state>\n{observation.state}\n</state>"
+
+
+def history_of(steps: Sequence[Step]) -> tuple[tuple[Observation, Action], ...]:
+    """The ``ExperienceQuery.history`` of the steps an episode took so far."""
+    return tuple((step.observation, step.action) for step in steps)

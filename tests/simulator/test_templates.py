@@ -1,0 +1,191 @@
+"""Prompt templates and the answer parser."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgspec
+import pytest
+import toy_form
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dreamgym.core import (
+    ConfigError,
+    ExperienceQuery,
+    ModelOutputError,
+    Neighbour,
+    Observation,
+    Step,
+    parse_action,
+    parse_state,
+)
+from dreamgym.simulator import (
+    MAX_ANSWER_CHARS,
+    TemplateConfig,
+    answer_text,
+    history_of,
+    initial_answer_text,
+    parse_answer,
+    parse_initial_answer,
+)
+
+FIRST, SUBMIT = toy_form.episode(0, "Ana")
+WRONG = toy_form.episode(5, "Bo")
+
+
+def query(**kwargs: object) -> ExperienceQuery:
+    defaults: dict[str, object] = {
+        "task": toy_form.TASK,
+        "history": history_of([FIRST]),
+        "observation": SUBMIT.observation,
+        "action": SUBMIT.action,
+        "neighbours": (Neighbour(seq=7, score=0.9, step=WRONG[1]),),
+    }
+    return ExperienceQuery(**{**defaults, **kwargs})  # type: ignore[arg-type]
+
+
+def user_text(config: TemplateConfig, q: ExperienceQuery | None = None) -> str:
+    return config.messages(q or query())[-1].content
+
+
+def test_prompt_holds_task_history_neighbours_state_and_action() -> None:
+    text = user_text(TemplateConfig(history=2, neighbours=3))
+    assert text.startswith('Task: Enter "Ana" and press Submit.')
+    assert "Similar real transitions" in text and 'Enter "Flo" and press Submit.' in text
+    assert "outcome: reward 0, episode ended" in text
+    assert "History (oldest first):\nstep 1: type [e2] [Ana] [0]" in text
+    assert "+ [e2] textbox: Ana" in text
+    assert text.endswith('Action: click [e3] "Submit"')
+    assert SUBMIT.observation.state in text
+
+
+def test_ablation_switches_remove_their_part_and_change_the_template_id() -> None:
+    full = TemplateConfig(history=2, neighbours=3, reasoning=True)
+    bare = TemplateConfig(history=0, neighbours=0, reasoning=False)
+    assert "History" not in user_text(bare) and "Similar real transitions" not in user_text(bare)
+    assert "<think>" in full.messages(query())[0].content
+    assert "<think>" not in bare.messages(query())[0].content
+    ids = {full.template_id, bare.template_id, TemplateConfig(output="state").template_id}
+    assert len(ids) == 3
+    assert full.template_id == "experience/v1:h2:k3:think:diff"
+
+
+def test_empty_history_and_no_neighbours_render_without_their_sections() -> None:
+    text = user_text(TemplateConfig(), query(history=(), neighbours=()))
+    assert "History" not in text and "Similar" not in text
+    assert text.splitlines()[2] == "Current state:"
+
+
+def test_history_window_keeps_the_last_steps_with_their_numbers() -> None:
+    steps = toy_form.episode(1, "Bo") + toy_form.episode(1, "Cyd")
+    q = query(history=history_of(steps[:3]), observation=steps[3].observation)
+    text = user_text(TemplateConfig(history=2), q)
+    assert "step 1:" not in text and "step 2: click [e3]" in text and "step 3: type [e2] [Cyd]" in text
+
+
+def test_long_states_and_long_changes_are_cut_with_a_note() -> None:
+    long_state = "\n".join(f'[e{n}] link "Result {n}"' for n in range(400))
+    observation = Observation(state=long_state)
+    config = TemplateConfig(max_state_chars=500, max_change_lines=3)
+    text = user_text(config, query(observation=observation))
+    assert "more lines cut)" in text and len(text) < 3000
+    many = msgspec.structs.replace(WRONG[0], next_observation=observation)
+    text = user_text(config, query(neighbours=(Neighbour(seq=1, score=1.0, step=many),)))
+    assert "more changed lines)" in text
+
+
+def test_bad_template_settings_are_config_errors() -> None:
+    with pytest.raises(ConfigError):
+        TemplateConfig(history=-1)
+    with pytest.raises(ConfigError):
+        TemplateConfig(output="html")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config", [TemplateConfig(), TemplateConfig(output="state", reasoning=True)])
+@pytest.mark.parametrize("step", [FIRST, SUBMIT, *WRONG])
+def test_answer_text_parses_back_to_the_real_transition(config: TemplateConfig, step: Step) -> None:
+    text = answer_text(config, observation=step.observation, next_observation=step.next_observation,
+                       reward=step.reward, done=step.terminated, reasoning="because")  # fmt: skip
+    parsed = parse_answer(text, step.observation.state)
+    assert parsed.state == parse_state(step.next_observation.state)
+    assert (parsed.reward, parsed.done) == (step.reward, step.terminated)
+    assert parsed.reasoning == ("because" if config.reasoning else "")
+
+
+def test_answer_diffs_are_lean_and_carry_the_action_error() -> None:
+    text = answer_text(TemplateConfig(), observation=FIRST.observation, next_observation=FIRST.next_observation,
+                       reward=0.0, done=False)  # fmt: skip
+    assert text.startswith("<diff>\n- [e2] textbox\n+ [e2] textbox: Ana\n</diff>")
+    failed = msgspec.structs.replace(FIRST.observation, last_action_error="element is hidden")
+    text = answer_text(TemplateConfig(), observation=FIRST.observation, next_observation=failed, reward=0, done=False)
+    assert parse_answer(text, FIRST.observation.state).error == "element is hidden"
+
+
+CURRENT = FIRST.observation.state
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "<diff>\n- [e2] textbox\n+ [e2] textbox: Ana\n</diff>\n<reward>0</reward>\n<done>no</done>",
+        "Sure!\n```\n<DIFF>\n-[e2] textbox\n+[e2] textbox: Ana\n</DIFF>\n<Reward>0.0</Reward>\n<done>No.</done>\n```",
+        "<think>typing fills the box</think><diff>\n- [e2] textbox\n+ [e2] textbox: Ana\n</diff>"
+        "<reward>+0</reward><done>false",
+        "<state>\n" + toy_form.page(0, "Ana").state + "\n</state>\n<reward>0</reward>\n<done>no</done>",
+    ],
+)
+def test_parser_tolerates_formatting_noise(answer: str) -> None:
+    parsed = parse_answer(answer, CURRENT)
+    assert parsed.state == parse_state(toy_form.page(0, "Ana").state)
+    assert (parsed.reward, parsed.done) == (0.0, False)
+
+
+def test_empty_or_none_diff_means_unchanged() -> None:
+    for diff in ("", "(none)", "no change"):
+        parsed = parse_answer(f"<diff>{diff}</diff><reward>1</reward><done>yes</done>", CURRENT)
+        assert parsed.state == parse_state(CURRENT) and parsed.done
+
+
+@pytest.mark.parametrize(
+    ("answer", "complaint"),
+    [
+        ("<diff>\n</diff>\n<done>no</done>", "no <reward>"),
+        ("<diff>\n</diff>\n<reward>0</reward>", "no <done>"),
+        ("<reward>0</reward><done>no</done>", "neither <diff> nor <state>"),
+        ("<diff>\n</diff><reward>lots</reward><done>no</done>", "not a number"),
+        ("<diff>\n</diff><reward>0</reward><done>maybe</done>", "yes or no"),
+        ('<diff>\n- [e9] link "Nope"\n</diff><reward>0</reward><done>no</done>', "does not apply"),
+        ("<state>\n  [e1] indented first line\n</state><reward>0</reward><done>no</done>", "state format"),
+        ("<diff>\n- [e2] textbox\n+ [e2] textb", "no <reward>"),  # truncated mid-answer
+        ("I cannot help with that.", "neither"),
+    ],
+)
+def test_malformed_answers_raise_model_output_errors_that_say_why(answer: str, complaint: str) -> None:
+    with pytest.raises(ModelOutputError, match=complaint):
+        parse_answer(answer, CURRENT)
+
+
+def test_huge_answers_are_refused_unread() -> None:
+    with pytest.raises(ModelOutputError, match="characters"):
+        parse_answer("<diff>" + "+ text: x\n" * (MAX_ANSWER_CHARS // 8), CURRENT)
+
+
+def test_initial_page_prompt_and_answer() -> None:
+    messages = TemplateConfig().initial_messages(toy_form.TASK, seed=3)
+    assert "Seed: 3" in messages[-1].content and toy_form.TASK.instruction in messages[-1].content
+    page = toy_form.page(3)
+    assert parse_initial_answer(initial_answer_text(page)) == parse_state(page.state)
+    with pytest.raises(ModelOutputError):
+        parse_initial_answer("<diff></diff>")
+
+
+@given(st.text(max_size=300))
+def test_parser_never_raises_anything_but_model_output_errors(text: str) -> None:
+    with contextlib.suppress(ModelOutputError):
+        parse_answer(text, CURRENT)
+
+
+def test_action_in_prompt_is_the_canonical_text() -> None:
+    action = parse_action("type [e2] [Ana] [1]")
+    assert user_text(TemplateConfig(), query(action=action)).endswith("Action: type [e2] [Ana] [1]")
