@@ -66,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     reindex.add_argument("path", type=Path)
     reindex.add_argument("--embedder", default=None, help="re-embed with this embedder (default: the recorded one)")
     reindex.set_defaults(run=_run_reindex)
+
+    from dreamgym._cli_sim import add_sim_commands
+
+    add_sim_commands(commands)
     return parser
 
 

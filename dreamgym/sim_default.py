@@ -7,7 +7,7 @@ way (``python -m dreamgym.sim_default``, which the setup script runs once):
    scripted demonstrator, for each training seed, one demonstrator episode
    and one random-explorer episode (successes, failures and detours);
 2. build SFT examples from them with the default prompt template
-   (history 2, retrieval 3, no reasoning — no teacher is reachable offline),
+   (history 1, retrieval 2, no reasoning — no teacher is reachable offline),
    with the held-out seeds left out of examples and retrieval;
 3. train the small model from scratch that won the measured comparison with
    SmolLM2-135M + LoRA on fidelity per second (see the README), with
@@ -56,6 +56,8 @@ __all__ = [
     "collect_miniwob",
     "default_model_dir",
     "default_store_dir",
+    "ensure_held_out",
+    "held_out_store_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ TRAIN_SEEDS = range(0, 24)
 HELD_OUT_SEEDS = range(1000, 1010)
 """Seeds never collected for training: evaluations of the default model use these."""
 DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
+DEFAULT_TRAINING = SimTrainConfig(base="scratch", epochs=2)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +92,19 @@ def default_model_dir() -> Path:
 
 def default_store_dir() -> Path:
     return cache_dir() / "sim-miniwob-data" / "store"
+
+
+def held_out_store_dir() -> Path:
+    return cache_dir() / "sim-miniwob-data" / "held-out"
+
+
+async def ensure_held_out(path: Path | None = None, *, embedder: Embedder | None = None) -> Path:
+    """A store of real episodes on the held-out seeds (collected once), for evaluating the default model."""
+    path = path or held_out_store_dir()
+    async with LmdbReplayStore(path, embedder=embedder) as store:
+        if (await store.stats()).steps.get("real", 0) == 0:
+            await collect_miniwob(store, CollectPlan(seeds=HELD_OUT_SEEDS))
+    return path
 
 
 async def collect_miniwob(store: LmdbReplayStore, plan: CollectPlan) -> int:
@@ -162,8 +178,9 @@ async def build_default(
         "tasks": list(plan.tasks),
         "train_seeds": list(plan.seeds),
         "held_out_seeds": list(HELD_OUT_SEEDS),
+        "held_out": held_out,
     }
-    config = train or SimTrainConfig()
+    config = train or DEFAULT_TRAINING
     await anyio.to_thread.run_sync(
         lambda: train_experience_model(examples, partial, config, template=DEFAULT_TEMPLATE, extra_metadata=recipe)
     )

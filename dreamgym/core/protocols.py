@@ -116,7 +116,10 @@ class Prediction:
 class ExperienceModel(Protocol):
     """Predicts the next state and reward of a web environment."""
 
-    model_id: str
+    @property
+    def model_id(self) -> str:
+        """Names the model and its weights; recorded on every synthetic step."""
+        ...
 
     async def predict(self, query: ExperienceQuery) -> Prediction:
         """Predict what ``query.action`` does; raises ``ModelOutputError`` when no answer is usable."""

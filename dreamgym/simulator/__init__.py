@@ -25,38 +25,65 @@ from dreamgym.simulator._curriculum import (
     variation_messages,
 )
 from dreamgym.simulator._env import SimulatedEnv, SimulatorConfig, SimulatorStats, real_start, real_start_pages
+from dreamgym.simulator._fidelity import FidelitySummary, StepScore, one_step_fidelity, score_prediction
+from dreamgym.simulator._load import load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
+from dreamgym.simulator._sft import (
+    METADATA_FILE,
+    ScratchModelConfig,
+    SFTExample,
+    SimTrainConfig,
+    annotate_reasoning,
+    build_sft_examples,
+    read_metadata,
+    real_episodes,
+    train_experience_model,
+)
 from dreamgym.simulator._templates import TemplateConfig, answer_text, history_of, initial_answer_text
 from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_digest
 
 __all__ = [
     "MAX_ANSWER_CHARS",
+    "METADATA_FILE",
     "VARIATION_TEMPLATE_ID",
     "CurriculumConfig",
     "CurriculumStats",
     "ExperienceModelConfig",
     "ExperienceModelStats",
+    "FidelitySummary",
     "LLMExperienceModel",
     "LocalBackend",
     "OpenAIBackend",
     "ParsedAnswer",
+    "SFTExample",
+    "ScratchModelConfig",
+    "SimTrainConfig",
     "SimulatedEnv",
     "SimulatorConfig",
     "SimulatorStats",
+    "StepScore",
     "TaskPool",
     "TemplateConfig",
+    "annotate_reasoning",
     "answer_text",
+    "build_sft_examples",
     "call_cache_key",
     "history_of",
     "initial_answer_text",
+    "load_experience_model",
+    "one_step_fidelity",
     "parse_answer",
     "parse_initial_answer",
     "propose_variations",
+    "read_metadata",
+    "real_episodes",
     "real_start",
     "real_start_pages",
+    "score_prediction",
     "select_seed_tasks",
     "task_value",
+    "train_experience_model",
     "variation_messages",
     "weights_digest",
 ]

@@ -47,6 +47,7 @@ __all__ = [
     "annotate_reasoning",
     "build_sft_examples",
     "read_metadata",
+    "real_episodes",
     "train_experience_model",
 ]
 
@@ -150,7 +151,7 @@ async def build_sft_examples(
     held_out = set(exclude_task_seeds)
     episodes = [
         steps
-        for steps in await _real_episodes(store)
+        for steps in await real_episodes(store)
         if steps[0].episode_id not in exclude_episodes
         and (steps[0].task_id, steps[0].seed) not in held_out
         and (steps[0].task_id, None) not in held_out
@@ -224,7 +225,7 @@ def _bare_task(step: Step, instruction: str) -> Task:
     return Task(task_id=step.task_id, instruction=instruction, site=step.site)
 
 
-async def _real_episodes(store: ReplayStore) -> list[list[Step]]:
+async def real_episodes(store: ReplayStore) -> list[list[Step]]:
     """Every real episode's steps, in order, episodes in commit order of their first step."""
     by_episode: dict[str, list[Step]] = {}
     iter_records = getattr(store, "iter_records", None)

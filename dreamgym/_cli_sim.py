@@ -1,0 +1,168 @@
+"""``dreamgym sim ...``: train, build and evaluate experience models (see ``dreamgym.simulator``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_sim_commands"]
+
+
+def add_sim_commands(commands: Any) -> None:
+    """Register ``sim train``, ``sim build-default`` and ``sim eval`` on the CLI's subparsers."""
+    sim = commands.add_parser("sim", help="train, build and evaluate experience models")
+    sub = sim.add_subparsers(title="sim commands", metavar="ACTION", required=True)
+
+    train = sub.add_parser("train", help="fine-tune an experience model on a store's real transitions")
+    train.add_argument("store", type=Path, help="replay store of real transitions")
+    train.add_argument("-o", "--out", type=Path, required=True, help="directory the model is written to")
+    train.add_argument("--base", default="scratch", help="'scratch', 'smollm2' or a local model directory")
+    train.add_argument("--full", action="store_true", help="fine-tune every weight instead of LoRA adapters")
+    train.add_argument("--epochs", type=float, default=3.0)
+    train.add_argument("--batch-size", type=int, default=8)
+    train.add_argument("--lr", type=float, default=None, help="learning rate (default depends on the base)")
+    train.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimizer steps")
+    train.add_argument("--history", type=int, default=1, help="past steps in the prompt (H)")
+    train.add_argument("--neighbours", type=int, default=2, help="retrieved real transitions in the prompt (k)")
+    train.add_argument("--output", choices=("diff", "state"), default="diff", help="predict a diff or the full page")
+    train.add_argument("--teacher-url", default=None, help="OpenAI-compatible /v1 URL of a reasoning teacher")
+    train.add_argument("--teacher-model", default=None, help="the teacher's model name")
+    train.add_argument("--hold-out", action="append", default=[], metavar="TASK[:SEED]",
+                       help="leave a (task, seed) out of examples and retrieval; repeatable")  # fmt: skip
+    train.set_defaults(run=_run_train)
+
+    default = sub.add_parser("build-default", help="collect MiniWoB++ and train the offline default model")
+    default.add_argument("--force", action="store_true", help="rebuild even when the model exists")
+    default.set_defaults(run=_run_build_default)
+
+    evaluate = sub.add_parser("eval", help="one-step fidelity on real transitions, beside two baselines")
+    evaluate.add_argument("store", type=Path, nargs="?", default=None,
+                          help="store the simulator retrieves from (default: the offline default's)")  # fmt: skip
+    evaluate.add_argument("--held-out", type=Path, default=None,
+                          help="real transitions to predict (default: the default's held-out seeds)")  # fmt: skip
+    evaluate.add_argument("--model", default="default", help="local model directory, or 'default'")
+    evaluate.add_argument("--limit", type=int, default=0, help="evaluate at most this many steps (0: all)")
+    evaluate.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    evaluate.set_defaults(run=_run_eval)
+
+
+def _hold_outs(values: list[str]) -> list[tuple[str, int | None]]:
+    from dreamgym.core.errors import ConfigError
+
+    pairs: list[tuple[str, int | None]] = []
+    for value in values:
+        task, _, seed = value.rpartition(":") if value.rpartition(":")[2].isdigit() else (value, "", "")
+        if not task:
+            raise ConfigError(f"--hold-out {value!r}: write TASK or TASK:SEED")
+        pairs.append((task, int(seed) if seed else None))
+    return pairs
+
+
+def _base(name: str) -> str:
+    if name == "smollm2":
+        from dreamgym.offline import smollm2_checkpoint
+
+        return str(smollm2_checkpoint())
+    return name
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.cli import _open_store
+    from dreamgym.simulator import (
+        OpenAIBackend,
+        SimTrainConfig,
+        TemplateConfig,
+        annotate_reasoning,
+        build_sft_examples,
+        train_experience_model,
+    )
+
+    held_out = _hold_outs(args.hold_out)
+    teacher = None
+    if args.teacher_url:
+        teacher = OpenAIBackend(model=args.teacher_model or "teacher", base_url=args.teacher_url)
+    template = TemplateConfig(
+        history=args.history, neighbours=args.neighbours, reasoning=teacher is not None, output=args.output
+    )
+    config = SimTrainConfig(
+        base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,
+        learning_rate=args.lr, max_steps=args.max_steps,
+    )  # fmt: skip
+
+    async def examples() -> list[Any]:
+        async with _open_store(args.store, readonly=True) as store:
+            reasoning = None
+            if teacher is not None:
+                from dreamgym.simulator import real_episodes
+
+                reasoning = await annotate_reasoning(teacher, await real_episodes(store))
+                await teacher.aclose()
+            return await build_sft_examples(store, template, exclude_task_seeds=held_out, reasoning=reasoning)
+
+    built = anyio.run(examples)
+    extra = {"store": str(args.store), "held_out": held_out}
+    out = train_experience_model(built, args.out, config, template=template, extra_metadata=extra)
+    print(f"trained {out} on {len(built)} examples ({template.template_id})")
+    return 0
+
+
+def _run_build_default(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.sim_default import build_default
+
+    path = anyio.run(lambda: build_default(force=args.force))
+    print(f"offline default experience model: {path}")
+    return 0
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.cli import _open_store
+    from dreamgym.core.types import Step, decode_record
+    from dreamgym.sim_default import default_model_dir, default_store_dir, ensure_held_out
+    from dreamgym.simulator import load_experience_model, one_step_fidelity, read_metadata
+
+    model_dir = default_model_dir() if args.model == "default" else Path(args.model)
+    args.store = args.store or default_store_dir()
+    args.held_out = args.held_out or anyio.run(ensure_held_out)
+    meta = read_metadata(model_dir)
+    held_out = [(task, seed) for task, seed in meta.get("held_out", [])]
+
+    async def go() -> dict[str, Any]:
+        async with (
+            _open_store(args.store, readonly=True) as store,
+            _open_store(args.held_out, readonly=True) as real,
+        ):
+            steps = [decode_record(data, Step) for _, data in real.iter_records("steps")]
+            steps = [s for s in steps if s.source == "real"]
+            if args.limit:
+                keep = {s.episode_id for s in steps[: args.limit]}
+                steps = [s for s in steps if s.episode_id in keep]
+            model = load_experience_model(model_dir)
+            k = model.config.template.neighbours
+            return await one_step_fidelity(model, steps, store=store, neighbours=k, exclude_task_seeds=held_out)
+
+    results = anyio.run(go)
+    if args.json:
+        for summary in results.values():
+            print(json.dumps(summary.as_dict()))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"one-step fidelity on {args.held_out} (model {model_dir.name})")
+    columns = ("reward_accuracy", "done_accuracy", "exact_match", "similarity", "f1", "hallucination_rate")
+    for column in ("", "n", *columns, "failures", "s/step"):
+        table.add_column(column)
+    for summary in results.values():
+        row = summary.as_dict()
+        table.add_row(summary.name, str(summary.n), *(f"{row[c]:.3f}" for c in columns), str(summary.failures),
+                      f"{summary.seconds_per_step:.3f}")  # fmt: skip
+    Console().print(table)
+    return 0

@@ -1,0 +1,59 @@
+"""``dreamgym sim train`` and ``dreamgym sim eval`` end to end, with tiny settings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import toy_form
+from conftest import fill_toy_store, open_store
+
+from dreamgym.simulator import read_metadata
+
+
+def dreamgym(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def make_stores(root: Path) -> tuple[Path, Path]:
+    async def fill() -> None:
+        async with open_store(root / "train") as store:
+            await fill_toy_store(store, range(4))
+        async with open_store(root / "held") as store:
+            await store.put_task(toy_form.TASK)
+            for steps in toy_form.episodes(range(10, 12)):
+                await store.append(steps)
+
+    anyio.run(fill)
+    return root / "train", root / "held"
+
+
+def test_sim_train_then_eval_beside_the_baselines(tmp_path: Path) -> None:
+    train, held = make_stores(tmp_path)
+    out = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "model"), "--max-steps", "2",
+                   "--hold-out", "toy/form:3").stdout  # fmt: skip
+    assert "on 12 examples" in out and "experience/v1:h1:k2:direct:diff" in out
+    meta = read_metadata(tmp_path / "model")
+    assert meta["held_out"] == [["toy/form", 3]] and meta["trained_with_reasoning"] is False
+    lines = dreamgym("sim", "eval", str(train), "--held-out", str(held), "--model", str(tmp_path / "model"),
+                     "--json").stdout.splitlines()  # fmt: skip
+    rows = {row["name"]: row for row in map(json.loads, lines)}
+    assert set(rows) == {"model", "copy_top_retrieved", "unchanged"}
+    assert all(row["n"] == 8 for row in rows.values())
+    # The toy page changes only when typing: "unchanged" is right on every Submit page, wrong on every typed one.
+    assert rows["unchanged"]["exact_match"] == 0.5 and rows["unchanged"]["done_accuracy"] == 0.5
+    assert "one-step fidelity" in dreamgym("sim", "eval", str(train), "--held-out", str(held), "--model",
+                                           str(tmp_path / "model"), "--limit", "2").stdout  # fmt: skip
+
+
+def test_sim_train_refuses_a_missing_base(tmp_path: Path) -> None:
+    train, _ = make_stores(tmp_path)
+    result = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "m"), "--base", str(tmp_path / "nope"),
+                      check=False)  # fmt: skip
+    assert result.returncode == 1 and "local model directory" in result.stderr
