@@ -91,7 +91,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lora-examples", type=int, default=400)
+    parser.add_argument("--lora-examples", type=int, default=240)
     parser.add_argument("--eval-steps", type=int, default=150)
     parser.add_argument("--retrain", action="store_true")
     anyio.run(main_async, parser.parse_args())

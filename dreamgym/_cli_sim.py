@@ -53,7 +53,9 @@ def _hold_outs(values: list[str]) -> list[tuple[str, int | None]]:
 
     pairs: list[tuple[str, int | None]] = []
     for value in values:
-        task, _, seed = value.rpartition(":") if value.rpartition(":")[2].isdigit() else (value, "", "")
+        task, _, seed = value.rpartition(":")
+        if not seed.isdigit():  # no seed given: the whole task is held out
+            task, seed = value, ""
         if not task:
             raise ConfigError(f"--hold-out {value!r}: write TASK or TASK:SEED")
         pairs.append((task, int(seed) if seed else None))

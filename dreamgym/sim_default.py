@@ -21,6 +21,7 @@ model's metadata so evaluations keep away from its training data.
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 import sys
 import time
@@ -41,17 +42,24 @@ from dreamgym.bridge import (
     MiniWobSite,
 )
 from dreamgym.core.protocols import Embedder, Policy
-from dreamgym.core.types import Task
+from dreamgym.core.types import Observation, Task
 from dreamgym.offline import cache_dir
 from dreamgym.replay import LmdbReplayStore
 from dreamgym.runtime import run_episode
-from dreamgym.simulator import TemplateConfig
-from dreamgym.simulator._sft import SimTrainConfig, build_sft_examples, train_experience_model
+from dreamgym.simulator import (
+    SFTExample,
+    SimTrainConfig,
+    TemplateConfig,
+    answer_text,
+    build_sft_examples,
+    train_experience_model,
+)
 
 __all__ = [
     "DEFAULT_TASKS",
     "HELD_OUT_SEEDS",
     "CollectPlan",
+    "balance",
     "build_default",
     "collect_miniwob",
     "default_model_dir",
@@ -68,7 +76,7 @@ TRAIN_SEEDS = range(0, 24)
 HELD_OUT_SEEDS = range(1000, 1010)
 """Seeds never collected for training: evaluations of the default model use these."""
 DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
-DEFAULT_TRAINING = SimTrainConfig(base="scratch", epochs=2)
+DEFAULT_TRAINING = SimTrainConfig(base="scratch", epochs=2, max_length=1536)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +177,7 @@ async def build_default(
             log.info("collected %d real steps in %.0f s", steps, time.perf_counter() - started)
         await store.flush()
         held_out = [(f"miniwob/{name}", seed) for name in plan.tasks for seed in HELD_OUT_SEEDS]
-        examples = await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out)
+        examples = balance(await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out))
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     recipe = {
@@ -187,6 +195,26 @@ async def build_default(
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target
+
+
+NO_OP_SHARE = 0.2
+"""Most of a random explorer's steps change nothing (a hover, a focus); keep this share of examples for them."""
+
+
+def balance(examples: list[SFTExample], *, no_op_share: float = NO_OP_SHARE, seed: int = 0) -> list[SFTExample]:
+    """Keep every example whose step changes the page, ends the episode or earns reward; sample the no-ops.
+
+    Training cost on 2 cores is set by tokens, and thousands of near-identical
+    "nothing happened" examples teach little that a few hundred do not.
+    """
+    no_op = answer_text(DEFAULT_TEMPLATE, observation=_EMPTY, next_observation=_EMPTY, reward=0.0, done=False)
+    idle = [e for e in examples if e.completion == no_op]
+    rest = [e for e in examples if e.completion != no_op]
+    keep = min(len(idle), int(no_op_share * len(rest) / (1 - no_op_share)))
+    return rest + random.Random(seed).sample(idle, keep)
+
+
+_EMPTY = Observation(state="[e1] generic")
 
 
 def main() -> int:

@@ -133,9 +133,16 @@ class Action(Record, tag="action", frozen=True):
 class PolicyTokens(Record, tag="policy_tokens", frozen=True):
     """The token record of one policy turn, for the trainer.
 
-    The whole episode is one id sequence built by appending: the first turn's
-    ``prompt_ids``, then per turn the policy's ``action_ids`` followed by the
-    ``env_ids`` the environment's answer added. ``env_ids`` are never trained.
+    The whole episode is one id sequence built by appending, never by
+    re-tokenizing: concatenate ``prompt_ids + action_ids + env_ids`` over the
+    turns in order. Only ``action_ids`` are trained; the rest carry env_mask 0.
+
+    Two layouts give the same sequence. As a policy records a turn (it sees
+    the environment's answer only on its next turn), ``prompt_ids`` holds what
+    the turn added before the action — the whole prompt on turn 0, the
+    environment's answer to the previous action afterwards — and ``env_ids`` is
+    empty. In the *linked* layout (``dreamgym.agents.link_turns``) only turn 0
+    has ``prompt_ids`` and each turn's ``env_ids`` are the answer to its action.
     """
 
     prompt_ids: tuple[int, ...] = ()

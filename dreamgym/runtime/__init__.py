@@ -1,9 +1,39 @@
-"""The runtime: episodes of a policy in an environment, recorded with provenance.
+"""The runtime: groups of episodes on real pages and on the simulator, recorded in the replay store.
 
-Today: :func:`run_episode`. The async scheduler that interleaves real and
-synthetic episodes into the replay store is the runtime issue's.
+- ``Runtime``: runs :class:`GroupSpec`\\ s (G episodes of one task from one
+  start, on one side) under one task group, with pooled environments, a
+  deadline per episode, one store-writer task, shadow mode and branching.
+- Source choosers (``RatioSource``, ``RuleSource``, ``ScheduledSource``)
+  decide which side runs a group; a group never mixes sources.
+- ``RuntimePortal``: the same runtime for synchronous callers, in one
+  event loop held for the whole run.
+- ``run_episode``: one episode, for scripts and tests.
 """
 
-from dreamgym.runtime.episode import run_episode
+from dreamgym.runtime._config import RuntimeConfig
+from dreamgym.runtime._envs import ResetHook, SyntheticEnvironment
+from dreamgym.runtime._episode import run_episode
+from dreamgym.runtime._groups import Branch, GroupResult, GroupSpec, Rollout
+from dreamgym.runtime._portal import RuntimePortal
+from dreamgym.runtime._runtime import Runtime
+from dreamgym.runtime._sources import RatioSource, RuleSource, ScheduledSource, SourceChooser
+from dreamgym.runtime._stats import RuntimeSnapshot, RuntimeStats
 
-__all__ = ["run_episode"]
+__all__ = [
+    "Branch",
+    "GroupResult",
+    "GroupSpec",
+    "RatioSource",
+    "ResetHook",
+    "Rollout",
+    "RuleSource",
+    "Runtime",
+    "RuntimeConfig",
+    "RuntimePortal",
+    "RuntimeSnapshot",
+    "RuntimeStats",
+    "ScheduledSource",
+    "SourceChooser",
+    "SyntheticEnvironment",
+    "run_episode",
+]

@@ -28,7 +28,7 @@ from dreamgym.core.actions import action_error
 from dreamgym.core.errors import BackendError, ConfigError, ModelOutputError
 from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, ReplayStore, StepResult
 from dreamgym.core.state import parse_state
-from dreamgym.core.types import Action, Observation, Task
+from dreamgym.core.types import Action, Observation, Source, Task
 from dreamgym.replay.embedders import transition_text
 
 __all__ = ["SimulatedEnv", "SimulatorConfig", "SimulatorStats", "real_start", "real_start_pages"]
@@ -105,7 +105,7 @@ class SimulatedEnv:
         >>> result = await env.step(parse_action('click [e3] "Submit"'))
     """
 
-    source = "synthetic"
+    source: Source = "synthetic"
 
     def __init__(
         self, model: ExperienceModel, *, store: ReplayStore | None = None, config: SimulatorConfig | None = None
@@ -122,11 +122,22 @@ class SimulatedEnv:
         observation = await self._first_page(task, seed)
         return self.start_from(task, observation, seed=seed)
 
-    def start_from(self, task: Task, observation: Observation, *, seed: int | None = None) -> Observation:
-        """Start an episode at a given observation: a group's shared start, or a real state to branch from."""
+    def start_from(
+        self,
+        task: Task,
+        observation: Observation,
+        *,
+        seed: int | None = None,
+        history: Sequence[tuple[Observation, Action]] = (),
+    ) -> Observation:
+        """Start an episode at a given observation: a group's shared start, or a real state to branch from.
+
+        ``history`` is what led there (a real prefix when branching); the
+        prompt shows its last steps and the step limit counts them.
+        """
         parse_state(observation.state)  # refuse a start the model could never continue
         self.stats.episodes += 1
-        self._episode = _Episode(task=task, seed=seed, observation=observation)
+        self._episode = _Episode(task=task, seed=seed, observation=observation, history=list(history))
         return observation
 
     async def step(self, action: Action) -> StepResult:
@@ -140,29 +151,51 @@ class SimulatedEnv:
                 terminated=False,
                 truncated=False,
             )
+        result = await self.predict_step(episode.task, episode.history, episode.observation, action, seed=episode.seed)
+        if result.truncated:
+            episode.over = True
+            return result
+        return self._advance(episode, action, result.observation, result.reward, result.terminated, dict(result.info))
+
+    async def predict_step(
+        self,
+        task: Task,
+        history: Sequence[tuple[Observation, Action]],
+        observation: Observation,
+        action: Action,
+        *,
+        seed: int | None = None,
+    ) -> StepResult:
+        """What the simulator says ``action`` does from ``observation``, leaving the episode alone.
+
+        ``step`` is this plus the episode's bookkeeping; shadow mode calls it
+        beside each real step. A prediction that fails comes back truncated
+        (``model_output`` or ``backend``) with the page unchanged.
+        """
         self.stats.steps += 1
-        error = action_error(action, parse_state(episode.observation.state))
+        error = action_error(action, parse_state(observation.state))
         if error:
             self.stats.rule_steps += 1
-            observation = msgspec.structs.replace(episode.observation, last_action_error=error)
-            return self._advance(episode, action, observation, reward=0.0, terminated=False, info={"rule": True})
+            failed = msgspec.structs.replace(observation, last_action_error=error)
+            by_rule = {"rule": True, "experience_model_id": self.model.model_id}
+            return StepResult(observation=failed, reward=0.0, terminated=False, truncated=False, info=by_rule)
         query = ExperienceQuery(
-            task=episode.task,
-            history=tuple(episode.history),
-            observation=episode.observation,
+            task=task,
+            history=tuple(history),
+            observation=observation,
             action=action,
-            neighbours=await self._neighbours(episode, action),
-            seed=episode.seed,
+            neighbours=await self._neighbours(task, observation, action),
+            seed=seed,
         )
         info: dict[str, Any] = {"experience_model_id": self.model.model_id}
         try:
             prediction = await self.model.predict(query)
         except ModelOutputError as exc:
             self.stats.truncated_model_output += 1
-            return self._cut(episode, "model_output", str(exc), info)
+            return self._cut(task, observation, "model_output", str(exc), info)
         except BackendError as exc:
             self.stats.truncated_backend += 1
-            return self._cut(episode, "backend", str(exc), info)
+            return self._cut(task, observation, "backend", str(exc), info)
         info.update(
             experience_model_id=prediction.model_id or self.model.model_id,
             prompt_template_id=prediction.template_id,
@@ -170,7 +203,13 @@ class SimulatedEnv:
             neighbours=[n.seq for n in query.neighbours],
         )
         terminated = prediction.terminated or action.name == "stop"
-        return self._advance(episode, action, prediction.observation, prediction.reward, terminated, info)
+        return StepResult(
+            observation=prediction.observation,
+            reward=prediction.reward,
+            terminated=terminated,
+            truncated=False,
+            info=info,
+        )
 
     def _advance(
         self,
@@ -195,11 +234,10 @@ class SimulatedEnv:
             info=info,
         )
 
-    def _cut(self, episode: _Episode, reason: str, error: str, info: dict[str, Any]) -> StepResult:
-        episode.over = True
-        log.info("simulated episode of %s truncated (%s): %s", episode.task.task_id, reason, error)
+    def _cut(self, task: Task, observation: Observation, reason: str, error: str, info: dict[str, Any]) -> StepResult:
+        log.info("simulated step of %s truncated (%s): %s", task.task_id, reason, error)
         return StepResult(
-            observation=episode.observation,
+            observation=observation,
             reward=0.0,
             terminated=False,
             truncated=True,
@@ -207,17 +245,15 @@ class SimulatedEnv:
             info={**info, "error": error},
         )
 
-    async def _neighbours(self, episode: _Episode, action: Action) -> tuple[Neighbour, ...]:
+    async def _neighbours(self, task: Task, observation: Observation, action: Action) -> tuple[Neighbour, ...]:
         if self.store is None or self.config.neighbours == 0:
             return ()
-        text = transition_text(
-            episode.observation.goal or episode.task.instruction, str(action), episode.observation.state
-        )
+        text = transition_text(observation.goal or task.instruction, str(action), observation.state)
         found = await self.store.nearest(
             text,
             self.config.neighbours,
             source="real",
-            site=episode.task.site or None if self.config.same_site else None,
+            site=task.site or None if self.config.same_site else None,
             exclude_episodes=self.config.exclude_episodes,
             exclude_task_seeds=self.config.exclude_task_seeds,
         )

@@ -114,3 +114,9 @@ def test_a_directory_without_weights_is_a_config_error(tmp_path: Path) -> None:
         weights_digest(tmp_path)
     with pytest.raises(ConfigError, match="no model directory"):
         LocalBackend.load(tmp_path / "missing")
+
+
+async def test_more_requests_than_one_batch_holds_are_all_answered(tiny_sim_dir: Path) -> None:
+    small = LocalBackend.load(tiny_sim_dir, max_batch=2, batch_window_s=0.02)
+    texts = await answers(small, [prompt(n) for n in range(5)], Sampling(max_new_tokens=4))
+    assert len(texts) == 5 and small.batches >= 3

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import toy_form
-from conftest import TINY, TOY_TEMPLATE, fill_toy_store, open_store
 from openai_server import ServerState, openai_server
+from sim_helpers import TINY, TOY_TEMPLATE, fill_toy_store, open_store
 
 from dreamgym.core import ConfigError, Sampling
 from dreamgym.simulator import (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 import toy_form
-from conftest import fill_toy_store, open_store
+from sim_helpers import fill_toy_store, open_store
 
 from dreamgym.simulator import read_metadata
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import toy_form
-from conftest import TOY_TEMPLATE, ScriptedBackend, fill_toy_store, open_store
+from sim_helpers import TOY_TEMPLATE, ScriptedBackend, fill_toy_store, open_store
 
 from dreamgym.agents import RandomExplorer
 from dreamgym.core import (
@@ -190,3 +190,22 @@ def test_answer_text_of_a_scripted_reply_matches_the_template() -> None:
     step = toy_form.episode(0, "Ana")[0]
     assert answer_text(TOY_TEMPLATE, observation=step.observation, next_observation=step.next_observation,
                        reward=0.0, done=False) == TYPE_ANSWER  # fmt: skip
+
+
+async def test_branching_start_keeps_the_real_prefix_as_history() -> None:
+    backend = ScriptedBackend(by_action)
+    env = SimulatedEnv(model(backend), config=SimulatorConfig(max_steps=2))
+    typed = toy_form.episode(0, "Ana")[0]
+    env.start_from(toy_form.TASK, typed.next_observation, history=[(typed.observation, typed.action)])
+    result = await env.step(parse_action("hover [e3]"))
+    assert "step 1: type [e2] [Ana] [0]" in backend.calls[0][0][-1].content
+    assert result.truncated and result.truncation_reason == "step_limit"  # the prefix counts toward the limit
+
+
+async def test_predict_step_leaves_the_running_episode_alone() -> None:
+    env = SimulatedEnv(model(ScriptedBackend(by_action)))
+    env.start_from(toy_form.TASK, toy_form.page(0))
+    shadow = await env.predict_step(toy_form.TASK, [], toy_form.page(0), parse_action("type [e2] [Bo] [0]"))
+    assert shadow.observation.state == toy_form.page(0, "Bo").state
+    real = await env.step(parse_action("type [e2] [Ana] [0]"))
+    assert real.observation.state == toy_form.page(0, "Ana").state

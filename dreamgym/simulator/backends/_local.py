@@ -176,21 +176,21 @@ class LocalBackend:
         request = _Request(prompt_ids=self.encode(messages), sampling=sampling)
         async with self._condition:
             self._pending.append(request)
-            while not request.done and self._busy:
-                await self._condition.wait()
-            leader = not request.done
-            if leader:
-                self._busy = True
         try:
-            if leader:
+            # Lead batches until one holds this request (earlier requests go first), or wait for a leader's.
+            while not request.done:
+                async with self._condition:
+                    while not request.done and self._busy:
+                        await self._condition.wait()
+                    if request.done:
+                        break
+                    self._busy = True
                 await self._lead()
         finally:
             if not request.done and request in self._pending:
                 self._pending.remove(request)
         if request.error is not None:
             raise BackendError(f"{self.backend_id} failed to generate: {request.error}") from request.error
-        if not request.done:
-            raise BackendError(f"{self.backend_id} dropped a request")  # defensive: a leader vanished
         return Completion(
             text=request.text,
             finish_reason=request.finish_reason,

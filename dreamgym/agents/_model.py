@@ -1,0 +1,287 @@
+"""The policy's torch work: scoring candidate replies after shared prefixes, and sampling a reply.
+
+Both run in a worker thread under ``torch.inference_mode``. Every
+log-probability is the log-softmax of the model's logits at temperature 1,
+the quantity TRL recomputes for the policy's tokens (with
+``GRPOConfig.temperature=1``); a sampling temperature changes which reply is
+drawn, never what is recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["PromptHead", "generate_reply", "model_digest", "score_candidates", "weights_version"]
+
+
+def model_digest(model: Any) -> str:
+    """A sha256 over a model's parameters and buffers (names, dtypes, shapes and bytes)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def weights_version(model: Any) -> tuple[tuple[int, int], ...]:
+    """Changes whenever a parameter is replaced or modified in place (an optimizer step, a load)."""
+    return tuple((id(p), int(getattr(p, "_version", 0))) for p in model.parameters())
+
+
+class PromptHead:
+    """The ids every prompt of a policy starts with (its system turn), with their KV cache.
+
+    The cache is made on first use and made again whenever the model's
+    weights have changed since (see :func:`weights_version`), so a policy
+    trained in place never scores against stale keys and values.
+    """
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = tuple(ids)
+        self._cache: Any = None
+        self._version: tuple[tuple[int, int], ...] = ()
+
+    def starts(self, prefixes: Sequence[Sequence[int]]) -> bool:
+        """Whether every prefix starts with the head and goes on past it."""
+        size = len(self.ids)
+        return size > 0 and all(len(p) > size and tuple(p[:size]) == self.ids for p in prefixes)
+
+    def cache(self, model: Any) -> Any:
+        """A fresh copy of the head's KV cache (batch 1) for ``model``'s current weights."""
+        import torch
+        from transformers import DynamicCache
+
+        version = weights_version(model)
+        if self._cache is None or version != self._version:
+            cache = DynamicCache(config=model.config)
+            model(input_ids=torch.tensor([list(self.ids)]), cache=cache, use_cache=True, logits_to_keep=1)
+            self._cache, self._version = cache, version
+        return copy.deepcopy(self._cache)
+
+
+def score_candidates(
+    model: Any,
+    prefixes: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+    max_pass_tokens: int,
+    head: PromptHead | None = None,
+) -> list[list[list[float]]]:
+    """Per-token log-probabilities of each candidate continuation of each prefix.
+
+    The prefixes run once, together (what they share once, the rest
+    left-padded), into one KV cache. Then only the candidates' tokens run:
+    each prefix's candidates packed into its row behind it, each seeing the
+    prefix and its own earlier tokens (a custom 4-D attention mask, which
+    the ``sdpa`` and ``eager`` attention implementations take), in passes of
+    at most ``max_pass_tokens`` rows x tokens, the cache cropped back to the
+    prefixes after each. A candidate's first token is scored from its
+    prefix's last logits.
+
+    Args:
+        model: A transformers causal LM.
+        prefixes: Token ids of each prefix (non-empty).
+        candidates: For each prefix, the token ids of its candidates (each non-empty).
+        pad_id: The id that pads rows (masked out, so its value does not matter).
+        max_pass_tokens: Cap on rows x candidate tokens of one pass (its logits
+            take that times the vocabulary size in floats).
+        head: The prompts' common start, whose cache is reused when every prefix begins with it.
+
+    Returns:
+        ``out[p][c][j]``: log p(token j of candidate c | prefix p, the tokens before j).
+    """
+    import torch
+
+    with torch.inference_mode():
+        cache, last, mask, lengths = _prefill(model, prefixes, pad_id, head)
+        first = torch.log_softmax(last.float(), dim=-1)
+        out = [[[float(first[p, ids[0]])] for ids in group] for p, group in enumerate(candidates)]
+        for chosen in _passes(candidates, max_pass_tokens):
+            packed = [[candidates[p][c] for c in picked] for p, picked in enumerate(chosen)]
+            scores = _score_packed(model, packed, cache, mask, lengths, pad_id)
+            for p, picked in enumerate(chosen):
+                for c, found in zip(picked, scores[p], strict=True):
+                    out[p][c].extend(found)
+            cache.crop(mask.shape[1] - cache.get_seq_length())  # a negative count: the pass's tokens go
+    return out
+
+
+def _passes(candidates: Sequence[Sequence[Sequence[int]]], budget: int) -> list[list[list[int]]]:
+    """Split the candidates (those past their first token) into passes: per pass, per prefix, their indexes.
+
+    Candidates are dealt to the rows in turn, so the rows fill evenly; a pass
+    closes when one more would take rows x its widest row past ``budget``.
+    """
+    rows = len(candidates)
+    passes: list[list[list[int]]] = []
+    current: list[list[int]] = [[] for _ in range(rows)]
+    widths = [0] * rows
+    for c in range(max(len(group) for group in candidates)):
+        for p, group in enumerate(candidates):
+            if c >= len(group) or len(group[c]) < 2:
+                continue
+            size = len(group[c]) - 1
+            if any(current) and rows * max(*widths, widths[p] + size) > budget:
+                passes.append(current)
+                current, widths = [[] for _ in range(rows)], [0] * rows
+            current[p].append(c)
+            widths[p] += size
+    if any(current):
+        passes.append(current)
+    return passes
+
+
+def _prefill(
+    model: Any, prefixes: Sequence[Sequence[int]], pad_id: int, head: PromptHead | None = None
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the prefixes; returns the cache, last logits, the attention mask and each prefix's length.
+
+    The head's cache is reused when every prefix starts with it; what all
+    prefixes share beyond it (a page: a calibrated chooser's two prompts
+    differ only from the goal on) runs once; both are copied into every row.
+    The rest of each prefix follows, left-padded, so the mask may have holes
+    between the shared part and a row's own tokens.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    start, cache = 0, DynamicCache(config=model.config)
+    if head is not None and head.starts(prefixes):
+        start, cache = len(head.ids), head.cache(model)
+    shared = _shared_length(prefixes, start)
+    if shared > start:
+        ids = torch.tensor([list(prefixes[0][start:shared])])
+        positions = torch.arange(start, shared).unsqueeze(0)
+        model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    if shared and len(prefixes) > 1:
+        cache.batch_repeat_interleave(len(prefixes))
+    width = max(len(p) for p in prefixes) - shared
+    ids = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prefixes), shared + width), dtype=torch.long)
+    mask[:, :shared] = 1
+    positions = torch.zeros((len(prefixes), width), dtype=torch.long)
+    for n, prefix in enumerate(prefixes):
+        own = len(prefix) - shared
+        ids[n, width - own :] = torch.tensor(list(prefix[shared:]))
+        mask[n, shared + width - own :] = 1
+        positions[n, width - own :] = torch.arange(shared, len(prefix))
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+    )
+    lengths = torch.tensor([len(p) for p in prefixes])
+    return out.cache, out.logits[:, -1, :], mask, lengths
+
+
+def _shared_length(prefixes: Sequence[Sequence[int]], start: int, minimum: int = 16) -> int:
+    """How far all prefixes agree (from ``start``, each keeping one id of its own); ``start`` when not worth it."""
+    if len(prefixes) < 2:
+        return start
+    first, limit = prefixes[0], min(len(p) for p in prefixes) - 1
+    length = start
+    while length < limit and all(p[length] == first[length] for p in prefixes):
+        length += 1
+    return length if length - start >= minimum else start
+
+
+def _score_packed(
+    model: Any,
+    candidates: Sequence[Sequence[Sequence[int]]],
+    cache: Any,
+    prefix_mask: torch.Tensor,
+    lengths: torch.Tensor,
+    pad_id: int,
+) -> list[list[list[float]]]:
+    """Log-probabilities of each candidate's tokens after its first, all candidates in one pass.
+
+    A prefix's candidates are packed one after another into its row, each
+    token placed at its own position after the prefix and seeing, through a
+    custom 4-D mask, the prefix and its own candidate's earlier tokens only.
+    """
+    import torch
+
+    inputs = [[list(ids[:-1]) for ids in group] for group in candidates]
+    width = max(sum(len(x) for x in group) for group in inputs)
+    if width == 0:
+        return [[[] for _ in group] for group in candidates]
+    rows, prefix_width = prefix_mask.shape
+    ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    positions = torch.zeros((rows, width), dtype=torch.long)
+    allowed = torch.zeros((rows, width, prefix_width + width), dtype=torch.bool)
+    allowed[:, :, :prefix_width] = prefix_mask.bool().unsqueeze(1)
+    for row, group in enumerate(inputs):
+        start = 0
+        for tokens in group:
+            end = start + len(tokens)
+            ids[row, start:end] = torch.tensor(tokens, dtype=torch.long)
+            positions[row, start:end] = lengths[row] + torch.arange(len(tokens))
+            block = torch.ones((len(tokens), len(tokens)), dtype=torch.bool).tril()
+            allowed[row, start:end, prefix_width + start : prefix_width + end] = block
+            start = end
+    dtype = model.dtype
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min).unsqueeze(1)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+    logprobs = torch.log_softmax(out.logits.float(), dim=-1)
+    scores: list[list[list[float]]] = []
+    for row, replies in enumerate(candidates):
+        start, found = 0, []
+        for reply in replies:
+            targets = torch.tensor(list(reply[1:]), dtype=torch.long)
+            found.append(logprobs[row, start + torch.arange(len(targets)), targets].tolist())
+            start += len(targets)
+        scores.append(found)
+    return scores
+
+
+def generate_reply(
+    model: Any,
+    prefix: Sequence[int],
+    *,
+    eos_id: int,
+    temperature: float,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    finished: Callable[[list[int]], bool],
+    head: PromptHead | None = None,
+) -> tuple[list[int], list[float]]:
+    """Sample a reply after ``prefix`` until ``eos_id``; returns its ids (ending with EOS) and their log-probabilities.
+
+    When ``finished(ids)`` says the reply is complete, or ``max_new_tokens``
+    ran out, the EOS is appended as the next token (with the model's
+    log-probability of it there), so every reply ends its turn.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    ids: list[int] = []
+    logprobs: list[float] = []
+    with torch.inference_mode():
+        start, cache = 0, DynamicCache(config=model.config)
+        if head is not None and head.starts([prefix]):
+            start, cache = len(head.ids), head.cache(model)
+        ids_in = torch.tensor([list(prefix[start:])])
+        positions = torch.arange(start, len(prefix)).unsqueeze(0)
+        logits = model(input_ids=ids_in, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits
+        while True:
+            step = logits[0, -1].float()
+            if len(ids) >= max_new_tokens or (ids and finished(ids)):
+                token = eos_id
+            elif temperature == 0:
+                token = int(torch.argmax(step))
+            else:
+                token = int(torch.multinomial(torch.softmax(step / temperature, dim=-1), 1, generator=generator))
+            ids.append(token)
+            logprobs.append(float(torch.log_softmax(step, dim=-1)[token]))
+            if token == eos_id:
+                return ids, logprobs
+            logits = model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True).logits

@@ -1,0 +1,132 @@
+"""What the runtime has done: counters, rates, and the ``rollout/...`` metrics."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dreamgym.core.types import Episode
+
+__all__ = ["RuntimeSnapshot", "RuntimeStats"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeSnapshot:
+    """The runtime's counters at one moment (what the CLI draws)."""
+
+    real_steps: int = 0
+    synthetic_steps: int = 0
+    shadow_steps: int = 0
+    """Synthetic predictions stored beside real steps (not counted in ``synthetic_steps``)."""
+    real_episodes: int = 0
+    synthetic_episodes: int = 0
+    successes: int = 0
+    groups: int = 0
+    inconsistent_groups: int = 0
+    in_flight: int = 0
+    """Episodes started and not yet finished."""
+    active_s: float = 0.0
+    """Seconds during which at least one ``run_groups`` call was running."""
+    errors: Mapping[str, int] = field(default_factory=dict)
+    """Episodes ended by an exception (by its class name) or cut from outside (by the truncation
+    reason: ``deadline``, ``model_output``, ``page_crashed``, ``cancelled``...; ``step_limit`` is
+    not an error). Failed shadow predictions count as ``shadow:<class name>``."""
+
+    @property
+    def episodes(self) -> int:
+        return self.real_episodes + self.synthetic_episodes
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @property
+    def real_steps_per_s(self) -> float:
+        return self.real_steps / self.active_s if self.active_s else 0.0
+
+    @property
+    def synthetic_steps_per_s(self) -> float:
+        return self.synthetic_steps / self.active_s if self.active_s else 0.0
+
+    def as_metrics(self) -> dict[str, float]:
+        """Flat ``rollout/...`` metrics for a logger."""
+        metrics: dict[str, float] = {
+            "rollout/real_steps": self.real_steps,
+            "rollout/synthetic_steps": self.synthetic_steps,
+            "rollout/shadow_steps": self.shadow_steps,
+            "rollout/real_steps_per_s": self.real_steps_per_s,
+            "rollout/synthetic_steps_per_s": self.synthetic_steps_per_s,
+            "rollout/real_episodes": self.real_episodes,
+            "rollout/synthetic_episodes": self.synthetic_episodes,
+            "rollout/success_rate": self.success_rate,
+            "rollout/groups": self.groups,
+            "rollout/inconsistent_groups": self.inconsistent_groups,
+            "rollout/in_flight": self.in_flight,
+        }
+        metrics.update({f"rollout/errors/{kind}": count for kind, count in sorted(self.errors.items())})
+        return metrics
+
+
+class RuntimeStats:
+    """Live counters of a runtime; read them through :meth:`snapshot`."""
+
+    def __init__(self) -> None:
+        self._steps: Counter[str] = Counter()
+        self._episodes: Counter[str] = Counter()
+        self._errors: Counter[str] = Counter()
+        self.shadow_steps = 0
+        self.successes = 0
+        self.groups = 0
+        self.inconsistent_groups = 0
+        self.in_flight = 0
+        self._active_s = 0.0
+        self._runs = 0
+        self._since = 0.0
+
+    def run_started(self) -> None:
+        if self._runs == 0:
+            self._since = time.perf_counter()
+        self._runs += 1
+
+    def run_ended(self) -> None:
+        self._runs -= 1
+        if self._runs == 0:
+            self._active_s += time.perf_counter() - self._since
+
+    def record_episode(self, episode: Episode, error_kind: str = "") -> None:
+        """Count a finished episode; ``error_kind`` names the exception that ended it, if one did."""
+        self._steps[episode.source] += episode.num_steps
+        self._episodes[episode.source] += 1
+        self.successes += episode.success
+        kind = error_kind or (episode.truncation_reason if episode.truncation_reason != "step_limit" else "")
+        if kind:
+            self._errors[kind] += 1
+
+    def record_error(self, kind: str) -> None:
+        self._errors[kind] += 1
+
+    def record_group(self, consistent: bool) -> None:
+        self.groups += 1
+        self.inconsistent_groups += not consistent
+
+    def snapshot(self) -> RuntimeSnapshot:
+        active = self._active_s + (time.perf_counter() - self._since if self._runs else 0.0)
+        return RuntimeSnapshot(
+            real_steps=self._steps["real"],
+            synthetic_steps=self._steps["synthetic"],
+            shadow_steps=self.shadow_steps,
+            real_episodes=self._episodes["real"],
+            synthetic_episodes=self._episodes["synthetic"],
+            successes=self.successes,
+            groups=self.groups,
+            inconsistent_groups=self.inconsistent_groups,
+            in_flight=self.in_flight,
+            active_s=active,
+            errors=dict(self._errors),
+        )
+
+    def as_metrics(self) -> dict[str, float]:
+        """:meth:`RuntimeSnapshot.as_metrics` of a snapshot taken now."""
+        return self.snapshot().as_metrics()
