@@ -67,8 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     reindex.add_argument("--embedder", default=None, help="re-embed with this embedder (default: the recorded one)")
     reindex.set_defaults(run=_run_reindex)
 
+    from dreamgym._cli_run import add_run_commands
     from dreamgym._cli_sim import add_sim_commands
 
+    add_run_commands(commands)
     add_sim_commands(commands)
     return parser
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 import toy_form
 from sim_helpers import fill_toy_store, open_store
 
@@ -57,3 +58,16 @@ def test_sim_train_refuses_a_missing_base(tmp_path: Path) -> None:
     result = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "m"), "--base", str(tmp_path / "nope"),
                       check=False)  # fmt: skip
     assert result.returncode == 1 and "local model directory" in result.stderr
+
+
+@pytest.mark.slow
+def test_collect_then_mixed_rollout_with_shadow_mode(tmp_path: Path, tiny_sim_dir: Path) -> None:
+    store = str(tmp_path / "store")
+    common = ("--store", store, "--tasks", "click-button", "--embedder", "hashing-64", "--max-steps", "3")
+    out = dreamgym("collect", *common, "--seeds", "0-1", "--group-size", "2").stdout
+    assert "2 groups, 4 episodes; real: 4/4 episodes succeeded" in out
+    out = dreamgym("rollout", *common, "--seeds", "2-5", "--real-share", "0.5", "--shadow", "--policy", "random",
+                   "--sim-model", str(tiny_sim_dir)).stdout  # fmt: skip
+    assert "4 groups" in out and "real:" in out and "synthetic:" in out
+    stats = json.loads(dreamgym("replay", "stats", store, "--json").stdout)
+    assert stats["steps"]["real"] > 0 and stats["steps"]["synthetic"] > 0

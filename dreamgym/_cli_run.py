@@ -1,0 +1,220 @@
+"""``dreamgym collect`` and ``dreamgym rollout``: run a policy in groups, real or mixed, into a store."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dreamgym.core.types import Source
+
+__all__ = ["add_run_commands"]
+
+POLICIES = ("demonstrator", "random", "chat", "local")
+
+
+def add_run_commands(commands: Any) -> None:
+    """Register ``collect`` and ``rollout`` on the CLI's subparsers."""
+    collect = commands.add_parser("collect", help="run a policy on real tasks (Chromium) into a store")
+    _common(collect)
+    collect.set_defaults(run=_run_collect)
+
+    rollout = commands.add_parser("rollout", help="synthetic or mixed rollouts into a store")
+    _common(rollout)
+    rollout.add_argument("--real-share", type=float, default=0.0, help="share of groups run on real pages")
+    rollout.add_argument("--shadow", action="store_true", help="predict every real step with the simulator too")
+    rollout.add_argument("--sim-model", default="default", help="experience model directory, or 'default'")
+    rollout.set_defaults(run=_run_rollout)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", type=Path, required=True, help="replay store (created if missing)")
+    parser.add_argument("--tasks", default="demo", help="comma-separated MiniWoB++ task names, or 'demo', 'all'")
+    parser.add_argument("--seeds", default="0-3", help="seeds, e.g. '0-9' or '1,5,7'; one group per (task, seed)")
+    parser.add_argument("--group-size", type=int, default=1, help="episodes per group (G)")
+    parser.add_argument("--policy", choices=POLICIES, default="demonstrator")
+    parser.add_argument("--policy-model", default=None, help="model directory (local) or model name (chat)")
+    parser.add_argument("--openai-url", default=None, help="OpenAI-compatible /v1 URL for --policy chat")
+    parser.add_argument("--temperature", type=float, default=1.0, help="the local chooser's temperature")
+    parser.add_argument("--max-steps", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=2, help="real episodes (browser contexts) at once")
+    parser.add_argument("--embedder", default=None, help="embedder of a new store (default: MiniLM when installed)")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-3,7"`` → ``[0, 1, 2, 3, 7]``."""
+    from dreamgym.core.errors import ConfigError
+
+    seeds: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ConfigError(f"--seeds {text!r}: write numbers and ranges like 0-9,12")
+        seeds.extend(range(int(low), int(high) + 1) if dash else [int(low)])
+    return seeds
+
+
+def task_names(text: str) -> list[str]:
+    from dreamgym.sim_default import DEFAULT_TASKS
+
+    if text == "all":
+        return list(DEFAULT_TASKS)
+    if text == "demo":
+        return ["click-button", "enter-text", "login-user", "choose-list", "click-checkboxes", "search-engine"]
+    return [name.strip().removeprefix("miniwob/") for name in text.split(",") if name.strip()]
+
+
+def _policy(args: argparse.Namespace, limiter: Any) -> Any:
+    from dreamgym.core.errors import ConfigError
+
+    if args.policy == "demonstrator":
+        from dreamgym.bridge import MiniWobDemonstrator
+
+        return MiniWobDemonstrator()
+    if args.policy == "random":
+        from dreamgym.agents import RandomExplorer
+
+        return RandomExplorer(0)
+    if args.policy == "chat":
+        from dreamgym.agents import ChatAgent
+        from dreamgym.simulator import OpenAIBackend
+
+        if not args.policy_model:
+            raise ConfigError("--policy chat needs --policy-model NAME (and --openai-url for a local server)")
+        return ChatAgent(OpenAIBackend(model=args.policy_model, base_url=args.openai_url))
+    from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+    from dreamgym.offline import smollm2_checkpoint
+
+    path = args.policy_model or str(smollm2_checkpoint())
+    return LocalPolicy.load(path, config=LocalPolicyConfig(temperature=args.temperature), limiter=limiter)
+
+
+@asynccontextmanager
+async def _runtime(args: argparse.Namespace, *, simulator: bool) -> AsyncIterator[tuple[Any, Any]]:
+    """Open the store, the browsers, the policy and (for rollouts) the simulator; yield (runtime, site)."""
+    import anyio
+
+    from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
+    from dreamgym.cli import _embedder
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.runtime import RatioSource, Runtime, RuntimeConfig
+
+    config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.concurrency)
+    site = MiniWobSite()
+    async with AsyncExitStack() as stack:
+        stack.callback(site.close)
+        store = await stack.enter_async_context(LmdbReplayStore(args.store, embedder=_embedder(args.embedder)))
+        pool = await stack.enter_async_context(BrowserPool(BrowserConfig(processes=1)))
+        limiter = anyio.CapacityLimiter(config.torch_slots)
+        synthetic_env = None
+        chooser = None
+        if simulator:
+            synthetic_env = _simulator_factory(args, store, limiter)
+            chooser = RatioSource(args.real_share, seed=0)
+        runtime = await stack.enter_async_context(
+            Runtime(
+                policy=_policy(args, limiter),
+                store=store,
+                config=config,
+                real_env=lambda: BrowserEnv(pool, sites=[site]),
+                synthetic_env=synthetic_env,
+                chooser=chooser,
+                torch_limiter=limiter,
+            )
+        )
+        yield runtime, site
+
+
+def _simulator_factory(args: argparse.Namespace, store: Any, limiter: Any) -> Any:
+    from dreamgym.sim_default import default_model_dir
+    from dreamgym.simulator import SimulatedEnv, SimulatorConfig, load_experience_model
+
+    path = default_model_dir() if args.sim_model == "default" else Path(args.sim_model)
+    model = load_experience_model(path, store=store, limiter=limiter)
+    config = SimulatorConfig(max_steps=args.max_steps, neighbours=model.config.template.neighbours)
+    return lambda: SimulatedEnv(model, store=store, config=config)
+
+
+def _groups(args: argparse.Namespace, site: Any, *, source: Source | None, shadow: bool = False) -> list[Any]:
+    from dreamgym.runtime import GroupSpec
+
+    groups = []
+    for name in task_names(args.tasks):
+        task = site.task(name, max_steps=args.max_steps)
+        for seed in parse_seeds(args.seeds):
+            groups.append(GroupSpec(task=task, size=args.group_size, seed=seed, source=source, shadow=shadow))
+    return groups
+
+
+async def _drive(runtime: Any, groups: Sequence[Any]) -> list[Any]:
+    """Run the groups while a rich panel shows the runtime's counters."""
+    import anyio
+    from rich.live import Live
+    from rich.table import Table
+
+    def panel() -> Table:
+        snap = runtime.stats.snapshot()
+        table = Table(title="dreamgym runtime", show_header=False)
+        for key, value in snap.as_metrics().items():
+            table.add_row(key, f"{value:.2f}" if isinstance(value, float) else str(value))
+        return table
+
+    results: list[Any] = []
+    with Live(panel(), refresh_per_second=2, transient=False) as live:
+        async with anyio.create_task_group() as group:
+
+            async def refresh() -> None:
+                while True:
+                    live.update(panel())
+                    await anyio.sleep(0.5)
+
+            group.start_soon(refresh)
+            for task in {g.task.task_id: g.task for g in groups}.values():
+                await runtime.store.put_task(task)
+            results = await runtime.run_groups(groups)
+            group.cancel_scope.cancel()
+        live.update(panel())
+    live.console.print()
+    return results
+
+
+def _summary(results: Sequence[Any]) -> str:
+    episodes = [e for r in results for e in r.episodes]
+    by_source: dict[str, list[Any]] = {}
+    for result in results:
+        by_source.setdefault(result.source, []).extend(result.episodes)
+    parts = [
+        f"{source}: {sum(e.success for e in eps)}/{len(eps)} episodes succeeded, {sum(e.num_steps for e in eps)} steps"
+        for source, eps in sorted(by_source.items())
+    ]
+    inconsistent = sum(not r.consistent for r in results)
+    return (
+        f"{len(results)} groups, {len(episodes)} episodes; "
+        + "; ".join(parts)
+        + (f"; {inconsistent} groups with differing starts" if inconsistent else "")
+    )
+
+
+def _run_collect(args: argparse.Namespace) -> int:
+    import anyio
+
+    async def go() -> list[Any]:
+        async with _runtime(args, simulator=False) as (runtime, site):
+            return await _drive(runtime, _groups(args, site, source="real"))
+
+    print(_summary(anyio.run(go)))
+    return 0
+
+
+def _run_rollout(args: argparse.Namespace) -> int:
+    import anyio
+
+    async def go() -> list[Any]:
+        async with _runtime(args, simulator=True) as (runtime, site):
+            return await _drive(runtime, _groups(args, site, source=None, shadow=args.shadow))
+
+    print(_summary(anyio.run(go)))
+    return 0
