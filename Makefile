@@ -3,7 +3,7 @@ VENV ?= .venv
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench sim-default clean
 
 setup:
 	bash scripts/setup.sh
@@ -24,6 +24,9 @@ lint: setup
 
 bench: setup
 	$(VENV)/bin/python benchmarks/replay_bench.py
+
+sim-default: setup  ## build the offline default experience model once (collect in Chromium, then train)
+	$(VENV)/bin/python -m dreamgym.sim_default
 
 clean:
 	rm -rf $(VENV) .cache

@@ -195,8 +195,8 @@ def hand_batched_steps_per_s(backend: LocalBackend, prompts: list[list[ChatMessa
 
     tokenizer = backend.tokenizer
     tokenizer.padding_side = "left"
-    texts = [tokenizer.apply_chat_template([vars(m) for m in p], add_generation_prompt=True, tokenize=False)
-             for p in prompts]  # fmt: skip
+    chats = [[{"role": m.role, "content": m.content} for m in p] for p in prompts]
+    texts = [tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) for chat in chats]
     batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     started = time.perf_counter()
     with torch.inference_mode():
@@ -204,10 +204,10 @@ def hand_batched_steps_per_s(backend: LocalBackend, prompts: list[list[ChatMessa
     return len(prompts) / (time.perf_counter() - started)
 
 
-async def run_local(model_dir: Path, store_dir: Path, rounds: int) -> None:
+async def run_local(model_dir: Path, store_dir: Path, rounds: int, max_new_tokens: int) -> None:
     config = read_metadata(model_dir).get("template", {})
     template = TemplateConfig(**config) if config else TemplateConfig()
-    sampling = Sampling(max_new_tokens=192)
+    sampling = Sampling(max_new_tokens=max_new_tokens)
     backend = LocalBackend.load(model_dir, max_batch=16, batch_window_s=0.01)
     model = LLMExperienceModel(
         backend, config=ExperienceModelConfig(template=template, sampling=sampling, max_attempts=1)
@@ -234,9 +234,13 @@ def bench_local(args: argparse.Namespace) -> None:
 
     model_dir = Path(args.model) if args.model else default_model_dir()
     store_dir = Path(args.store) if args.store else default_store_dir()
+    if args.model == "smollm2":
+        from dreamgym.offline import smollm2_checkpoint
+
+        model_dir = smollm2_checkpoint()
     if not (model_dir / "config.json").exists():
         sys.exit(f"no model at {model_dir}; build the offline default with `python -m dreamgym.sim_default`")
-    anyio.run(run_local, model_dir, store_dir, args.rounds)
+    anyio.run(run_local, model_dir, store_dir, args.rounds, args.max_new_tokens)
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {"openai": bench_openai, "local": bench_local}
@@ -247,7 +251,8 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(SECTIONS), default=None, help="run one section")
     parser.add_argument("--latency", type=float, default=0.5, help="the server's seconds per answer")
     parser.add_argument("--rounds", type=int, default=4, help="calls per concurrent caller")
-    parser.add_argument("--model", default=None, help="local model directory (default: the offline default)")
+    parser.add_argument("--model", default=None, help="local model directory, 'smollm2', or the offline default")
+    parser.add_argument("--max-new-tokens", type=int, default=192, help="answer budget of the local section")
     parser.add_argument("--store", default=None, help="store of real transitions (default: the offline default's)")
     args = parser.parse_args()
     for name, section in SECTIONS.items():

@@ -1,7 +1,8 @@
 """The offline default experience model for MiniWoB++, and the recipe that builds it.
 
 A fresh machine with no keys and no GPU gets a working experience model this
-way (``python -m dreamgym.sim_default``, which the setup script runs once):
+way (``make sim-default`` = ``python -m dreamgym.sim_default``, once; a
+second run finds the model and returns):
 
 1. collect real transitions in headless Chromium: on each task that has a
    scripted demonstrator, for each training seed, one demonstrator episode
@@ -9,9 +10,10 @@ way (``python -m dreamgym.sim_default``, which the setup script runs once):
 2. build SFT examples from them with the default prompt template
    (history 1, retrieval 2, no reasoning — no teacher is reachable offline),
    with the held-out seeds left out of examples and retrieval;
-3. train the small model from scratch that won the measured comparison with
-   SmolLM2-135M + LoRA on fidelity per second (see the README), with
-   ``dreamgym.simulator``'s SFT pipeline.
+3. train a small model from scratch with ``dreamgym.simulator``'s SFT
+   pipeline: SmolLM2-135M takes ~2 s per synthetic step on these prompts on
+   2 cores, so even a perfect SmolLM2 gives less fidelity per second than
+   the small model measured (see the README).
 
 The model lands in ``<cache>/sim-miniwob`` (and its store of real transitions
 in ``<cache>/sim-miniwob-data``); the held-out seeds are recorded in the

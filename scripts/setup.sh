@@ -11,9 +11,6 @@
 #   5. Chromium: one on PATH, else `playwright install chromium`, else the
 #      distribution's package when running as root
 #   6. the one-time model caches (python -m dreamgym.offline)
-#   7. the offline default experience model for MiniWoB++, built once by its
-#      recipe (python -m dreamgym.sim_default: collect real episodes in
-#      Chromium, then train; tens of minutes on 2 cores, seconds afterwards)
 # Each step prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,4 +88,3 @@ timed "torch==2.13.0" install_torch
 timed "dreamgym and its dependencies" install_package
 timed "chromium" install_chromium
 timed "model caches" "$VENV/bin/python" -m dreamgym.offline
-timed "offline experience model" "$VENV/bin/python" -m dreamgym.sim_default
