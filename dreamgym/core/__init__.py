@@ -17,6 +17,7 @@ from dreamgym.core.actions import (
     quoted_spans,
     try_parse_action,
 )
+from dreamgym.core.batching import ThreadBatcher
 from dreamgym.core.check import check_environment
 from dreamgym.core.errors import (
     ActionParseError,
@@ -129,6 +130,7 @@ __all__ = [
     "StoreLockedError",
     "Task",
     "TextBackend",
+    "ThreadBatcher",
     "action_error",
     "apply_diff",
     "candidate_actions",

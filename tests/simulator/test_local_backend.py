@@ -106,7 +106,7 @@ async def test_a_cancelled_caller_leaves_the_others_answered(backend: LocalBacke
         for n in range(3):
             group.start_soon(patient, n)
     assert len(results) == 3
-    assert not backend._pending
+    assert backend._batcher.waiting == 0
 
 
 def test_a_directory_without_weights_is_a_config_error(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from dreamgym.core.batching import ThreadBatcher
 from dreamgym.core.errors import BackendError, ConfigError
 from dreamgym.core.protocols import ChatMessage, Completion, Sampling
 
@@ -121,19 +122,12 @@ class LocalBackend:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.backend_id = f"local:{name}@{digest[:16]}"
-        self.max_batch = max_batch
-        self.batch_window_s = batch_window_s
         self.prefix_cache = prefix_cache
         self.min_prefix_tokens = min_prefix_tokens
-        self._limiter = limiter or anyio.CapacityLimiter(1)
-        self._pending: list[_Request] = []
-        self._busy = False
-        self._condition = anyio.Condition()
+        self._batcher = ThreadBatcher(self._run_batch, max_batch=max_batch, window_s=batch_window_s, limiter=limiter)
         self._prefixes: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._eos = _eos_ids(model, tokenizer)
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
-        self.batches = 0
-        """Generation loops run so far (a batching gauge for tests and benchmarks)."""
         self.prefix_hits = 0
 
     @classmethod
@@ -174,21 +168,7 @@ class LocalBackend:
     async def complete(self, messages: Sequence[ChatMessage], sampling: Sampling) -> Completion:
         """Answer one chat prompt, batched with whatever else is asked meanwhile."""
         request = _Request(prompt_ids=self.encode(messages), sampling=sampling)
-        async with self._condition:
-            self._pending.append(request)
-        try:
-            # Lead batches until one holds this request (earlier requests go first), or wait for a leader's.
-            while not request.done:
-                async with self._condition:
-                    while not request.done and self._busy:
-                        await self._condition.wait()
-                    if request.done:
-                        break
-                    self._busy = True
-                await self._lead()
-        finally:
-            if not request.done and request in self._pending:
-                self._pending.remove(request)
+        await self._batcher.submit(request)
         if request.error is not None:
             raise BackendError(f"{self.backend_id} failed to generate: {request.error}") from request.error
         return Completion(
@@ -198,18 +178,10 @@ class LocalBackend:
             completion_tokens=request.completion_tokens,
         )
 
-    async def _lead(self) -> None:
-        batch: list[_Request] = []
-        try:
-            await anyio.sleep(self.batch_window_s)
-            batch = self._pending[: self.max_batch]
-            del self._pending[: len(batch)]
-            await anyio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
-        finally:
-            with anyio.CancelScope(shield=True):
-                async with self._condition:
-                    self._busy = False
-                    self._condition.notify_all()
+    @property
+    def batches(self) -> int:
+        """Generation loops run so far (a batching gauge for tests and benchmarks)."""
+        return self._batcher.batches
 
     def _run_batch(self, batch: list[_Request]) -> None:
         try:
@@ -233,7 +205,6 @@ class LocalBackend:
         """Generate for a batch of requests in this thread; returns (token ids, finish reason) per row."""
         import torch
 
-        self.batches += 1
         rows = [_Row(request=r, generator=_generator(r.sampling)) for r in requests]
         with torch.inference_mode():
             cache, logits, mask = self._prefill(rows)
