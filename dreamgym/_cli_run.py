@@ -100,7 +100,7 @@ async def _runtime(args: argparse.Namespace, *, simulator: bool) -> AsyncIterato
     from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
     from dreamgym.cli import _embedder
     from dreamgym.replay import LmdbReplayStore
-    from dreamgym.runtime import RatioSource, Runtime, RuntimeConfig
+    from dreamgym.runtime import Runtime, RuntimeConfig
 
     config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.concurrency)
     site = MiniWobSite()
@@ -109,11 +109,7 @@ async def _runtime(args: argparse.Namespace, *, simulator: bool) -> AsyncIterato
         store = await stack.enter_async_context(LmdbReplayStore(args.store, embedder=_embedder(args.embedder)))
         pool = await stack.enter_async_context(BrowserPool(BrowserConfig(processes=1)))
         limiter = anyio.CapacityLimiter(config.torch_slots)
-        synthetic_env = None
-        chooser = None
-        if simulator:
-            synthetic_env = _simulator_factory(args, store, limiter)
-            chooser = RatioSource(args.real_share, seed=0)
+        synthetic_env = _simulator_factory(args, store, limiter) if simulator else None
         runtime = await stack.enter_async_context(
             Runtime(
                 policy=_policy(args, limiter),
@@ -121,7 +117,6 @@ async def _runtime(args: argparse.Namespace, *, simulator: bool) -> AsyncIterato
                 config=config,
                 real_env=lambda: BrowserEnv(pool, sites=[site]),
                 synthetic_env=synthetic_env,
-                chooser=chooser,
                 torch_limiter=limiter,
             )
         )
@@ -138,14 +133,18 @@ def _simulator_factory(args: argparse.Namespace, store: Any, limiter: Any) -> An
     return lambda: SimulatedEnv(model, store=store, config=config)
 
 
-def _groups(args: argparse.Namespace, site: Any, *, source: Source | None, shadow: bool = False) -> list[Any]:
-    from dreamgym.runtime import GroupSpec
+def _groups(args: argparse.Namespace, site: Any, *, real_share: float, shadow: bool = False) -> list[Any]:
+    """One group per (task, seed); ``real_share`` of them real (exactly, spread out), shadowed if asked."""
+    from dreamgym.runtime import GroupSpec, RatioSource
 
-    groups = []
+    chooser = RatioSource(real_share, seed=0)
+    groups: list[Any] = []
     for name in task_names(args.tasks):
         task = site.task(name, max_steps=args.max_steps)
         for seed in parse_seeds(args.seeds):
-            groups.append(GroupSpec(task=task, size=args.group_size, seed=seed, source=source, shadow=shadow))
+            source: Source = chooser.choose(task, len(groups))
+            groups.append(GroupSpec(task=task, size=args.group_size, seed=seed, source=source,
+                                    shadow=shadow and source == "real"))  # fmt: skip
     return groups
 
 
@@ -203,7 +202,7 @@ def _run_collect(args: argparse.Namespace) -> int:
 
     async def go() -> list[Any]:
         async with _runtime(args, simulator=False) as (runtime, site):
-            return await _drive(runtime, _groups(args, site, source="real"))
+            return await _drive(runtime, _groups(args, site, real_share=1.0))
 
     print(_summary(anyio.run(go)))
     return 0
@@ -214,7 +213,7 @@ def _run_rollout(args: argparse.Namespace) -> int:
 
     async def go() -> list[Any]:
         async with _runtime(args, simulator=True) as (runtime, site):
-            return await _drive(runtime, _groups(args, site, source=None, shadow=args.shadow))
+            return await _drive(runtime, _groups(args, site, real_share=args.real_share, shadow=args.shadow))
 
     print(_summary(anyio.run(go)))
     return 0
