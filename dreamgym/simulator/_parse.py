@@ -22,7 +22,6 @@ __all__ = ["MAX_ANSWER_CHARS", "ParsedAnswer", "parse_answer", "parse_initial_an
 MAX_ANSWER_CHARS = 200_000
 """Longer answers are refused unread (a runaway generation, not a page)."""
 
-_TAGS = ("think", "diff", "state", "error", "reward", "done")
 _OPEN = re.compile(r"<(think|diff|state|error|reward|done)>", re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$", re.MULTILINE)
