@@ -71,6 +71,8 @@ class ExperienceModelStats:
     calls: int = 0
     cached_calls: int = 0
     malformed_answers: int = 0
+    repaired_answers: int = 0
+    """Answers whose diff named page lines that do not exist; those lines were dropped."""
     failed_predictions: int = 0
     """Predictions whose every attempt was malformed (each ends an episode as truncated)."""
 
@@ -150,6 +152,7 @@ class LLMExperienceModel:
                 errors.append(f"attempt {attempt + 1}: {exc}")
                 log.debug("malformed experience-model answer (%s): %r", exc, completion.text[:200])
                 continue
+            self.stats.repaired_answers += bool(answer.dropped_lines)
             observation = Observation(
                 state=answer.state.render(),
                 url=current.url,

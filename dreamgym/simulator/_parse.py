@@ -2,7 +2,11 @@
 
 Tolerated: tags in any case, surrounding prose, Markdown code fences, a last
 tag left unclosed, ``+line`` without the space, rewards written ``1.0`` or
-``+1``, ``done`` as yes/no/true/false/1/0. Not tolerated (a
+``+1``, ``done`` as yes/no/true/false/1/0, and diff removal or context lines
+that name a line the page does not have: they carry no change to make, so
+they are dropped and counted (``ParsedAnswer.dropped_lines``; the experience
+model counts such answers as ``repaired_answers``) and the rest of the
+prediction stands. Not tolerated (a
 :class:`~dreamgym.core.errors.ModelOutputError` naming what is wrong, which the
 experience model answers by retrying): a missing reward, done flag or page, a
 diff that does not apply, a page that is not in the state format, an answer
@@ -40,6 +44,8 @@ class ParsedAnswer:
     reasoning: str = ""
     error: str = ""
     """The action's failure on the page, when the model says it failed."""
+    dropped_lines: int = 0
+    """Diff lines dropped because they named page lines that do not exist (a repaired answer)."""
 
 
 def parse_answer(text: str, current: State | str) -> ParsedAnswer:
@@ -49,8 +55,9 @@ def parse_answer(text: str, current: State | str) -> ParsedAnswer:
         ModelOutputError: The answer lacks a part or a part is malformed.
     """
     fields = _fields(text)
+    dropped = 0
     if "diff" in fields:
-        state = _apply(current, fields["diff"])
+        state, dropped = _apply(current, fields["diff"])
     elif "state" in fields:
         state = _parse_page(fields["state"])
     else:
@@ -61,6 +68,7 @@ def parse_answer(text: str, current: State | str) -> ParsedAnswer:
         done=_done(fields),
         reasoning=fields.get("think", ""),
         error=" ".join(fields.get("error", "").split()),
+        dropped_lines=dropped,
     )
 
 
@@ -93,13 +101,22 @@ def _fields(text: str) -> dict[str, str]:
     return fields
 
 
-def _apply(current: State | str, diff: str) -> State:
+def _apply(current: State | str, diff: str) -> tuple[State, int]:
+    """The page the diff makes, and how many of its lines named page lines that do not exist."""
     lines = [_fix_prefix(line) for line in diff.split("\n") if line.strip()]
     base = current if isinstance(current, State) else parse_state(current)
     if " ".join(lines).strip().lower() in _NO_CHANGE:
-        return base
+        return base, 0
     try:
-        return apply_diff(base, "\n".join(lines), strict=False)
+        return apply_diff(base, "\n".join(lines), strict=False), 0
+    except StateFormatError:  # a diff that does not apply, or one that breaks the page
+        pass
+    # Repair: a removal or context line naming a line the page does not have carries no change
+    # to make; drop such lines (counted) and keep the rest of the prediction.
+    present = set(base.render().split("\n"))
+    kept = [line for line in lines if line.startswith("+ ") or line[2:] in present]
+    try:
+        return apply_diff(base, "\n".join(kept), strict=False), len(lines) - len(kept)
     except StateFormatError as exc:
         raise ModelOutputError(f"the <diff> does not apply to the current page: {exc}") from exc
 

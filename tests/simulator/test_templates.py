@@ -155,7 +155,7 @@ def test_empty_or_none_diff_means_unchanged() -> None:
         ("<reward>0</reward><done>no</done>", "neither <diff> nor <state>"),
         ("<diff>\n</diff><reward>lots</reward><done>no</done>", "not a number"),
         ("<diff>\n</diff><reward>0</reward><done>maybe</done>", "yes or no"),
-        ('<diff>\n- [e9] link "Nope"\n</diff><reward>0</reward><done>no</done>', "does not apply"),
+        ('<diff>\n+     [e9] link "Too deep"\n</diff><reward>0</reward><done>no</done>', "does not apply"),
         ("<state>\n  [e1] indented first line\n</state><reward>0</reward><done>no</done>", "state format"),
         ("<diff>\n- [e2] textbox\n+ [e2] textb", "no <reward>"),  # truncated mid-answer
         ("I cannot help with that.", "neither"),
@@ -164,6 +164,17 @@ def test_empty_or_none_diff_means_unchanged() -> None:
 def test_malformed_answers_raise_model_output_errors_that_say_why(answer: str, complaint: str) -> None:
     with pytest.raises(ModelOutputError, match=complaint):
         parse_answer(answer, CURRENT)
+
+
+def test_diff_lines_naming_absent_page_lines_are_dropped_and_counted() -> None:
+    answer = (
+        '<diff>\n- [e9] link "Nope"\n  option "Not here"\n- [e2] textbox\n+ [e2] textbox: Ana\n</diff>'
+        "<reward>0</reward><done>no</done>"
+    )
+    parsed = parse_answer(answer, CURRENT)
+    assert parsed.state == parse_state(toy_form.page(0, "Ana").state)
+    assert parsed.dropped_lines == 2
+    assert parse_answer(answer.replace('- [e9] link "Nope"\n  option "Not here"\n', ""), CURRENT).dropped_lines == 0
 
 
 def test_huge_answers_are_refused_unread() -> None:
