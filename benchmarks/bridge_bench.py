@@ -13,11 +13,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
 
+import _report as report
 import anyio
 
 from dreamgym.bridge import (
@@ -38,17 +38,7 @@ TASK = "login-user"
 
 
 def emit(figure: str, value: float, unit: str, baseline: str, baseline_value: float, **extra: Any) -> None:
-    ratio = round(value / baseline_value, 4) if baseline_value else None
-    row = {
-        "figure": figure,
-        "value": round(value, 5),
-        "unit": unit,
-        "baseline": baseline,
-        "baseline_value": round(baseline_value, 5),
-        "ratio": ratio,
-        **extra,
-    }
-    print(json.dumps(row), flush=True)
+    report.emit(figure, value, unit, baseline, baseline_value, digits=5, **extra)
 
 
 async def solved_sequence(site: MiniWobSite, seed: int) -> list[str]:

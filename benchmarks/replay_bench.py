@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import shutil
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _corpus import transitions
+from _report import emit
 
 from dreamgym.core import Step, Task, encode_record
 from dreamgym.replay import (
@@ -49,19 +49,6 @@ from dreamgym.replay import (
 )
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "bench"
-
-
-def emit(figure: str, value: float, unit: str, baseline: str, baseline_value: float, **extra: Any) -> None:
-    row = {
-        "figure": figure,
-        "value": round(value, 4),
-        "unit": unit,
-        "baseline": baseline,
-        "baseline_value": round(baseline_value, 4),
-        "ratio": round(value / baseline_value, 4) if baseline_value else None,
-        **extra,
-    }
-    print(json.dumps(row), flush=True)
 
 
 def corpus(n: int, seed: int) -> tuple[list[Task], list[Step], list[str]]:

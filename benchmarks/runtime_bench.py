@@ -25,16 +25,15 @@ Figures:
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
+from _report import emit
 
 from dreamgym.core import (
     ChatMessage,
@@ -54,19 +53,6 @@ TASK = Task(task_id="bench/form", instruction='Enter "Ana" and press Submit.', s
 PAGE = Observation(state='[e1] generic: Enter "Ana" and press Submit.\n[e2] textbox\n[e3] button "Submit"')
 NO_CHANGE = "<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>"
 MIB = 1024 * 1024
-
-
-def emit(figure: str, value: float, unit: str, baseline: str, baseline_value: float, **extra: Any) -> None:
-    row = {
-        "figure": figure,
-        "value": round(value, 4),
-        "unit": unit,
-        "baseline": baseline,
-        "baseline_value": round(baseline_value, 4),
-        "ratio": round(value / baseline_value, 4) if baseline_value else None,
-        **extra,
-    }
-    print(json.dumps(row), flush=True)
 
 
 class SleepingBackend:
