@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from agent_pages import PAGES, TASK
 from helpers import make_step
-from openai_server import ServerState, openai_server
+from openai_server import ServerState
 
 from dreamgym.agents import ChatAgent, ChatAgentConfig, agent_messages
 from dreamgym.core import BackendError, Policy, Sampling, parse_action
 from dreamgym.simulator import OpenAIBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
-
-
-@pytest.fixture
-def server() -> Iterator[tuple[str, ServerState]]:
-    with openai_server() as (url, state):
-        yield url, state
 
 
 @pytest.fixture

@@ -5,12 +5,10 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from dreamgym.bridge import BrowserConfig, BrowserPool, MiniWobSite
 
 SITE = Path(__file__).parent / "site"
 
@@ -29,16 +27,3 @@ def site_url() -> Iterator[str]:
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture(scope="session")
-def miniwob() -> Iterator[MiniWobSite]:
-    site = MiniWobSite()
-    yield site
-    site.close()
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[BrowserPool]:
-    async with BrowserPool(BrowserConfig(processes=1, max_contexts=4)) as pool:
-        yield pool

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import pytest
 from runtime_helpers import open_store
 
 from dreamgym.agents import RandomExplorer
-from dreamgym.bridge import Allowlist, BrowserConfig, BrowserEnv, BrowserPool, MiniWobDemonstrator, MiniWobSite
+from dreamgym.bridge import Allowlist, BrowserEnv, BrowserPool, MiniWobDemonstrator, MiniWobSite
 from dreamgym.core import Task
 from dreamgym.runtime import GroupSpec, Runtime, RuntimeConfig
 
@@ -52,19 +51,6 @@ class ChangingSite:
 
     async def aclose(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def miniwob() -> Iterator[MiniWobSite]:
-    site = MiniWobSite()
-    yield site
-    site.close()
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[BrowserPool]:
-    async with BrowserPool(BrowserConfig(processes=1, max_contexts=2)) as pool:
-        yield pool
 
 
 async def test_a_group_on_a_deterministic_site_starts_alike(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -17,12 +17,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 PROMPT = [ChatMessage(role="system", content="You predict web pages."), ChatMessage(role="user", content="click [e5]")]
 GREEDY = Sampling(max_new_tokens=32)
-
-
-@pytest.fixture
-def server() -> Iterator[tuple[str, ServerState]]:
-    with openai_server() as (url, state):
-        yield url, state
 
 
 @pytest.fixture
