@@ -33,14 +33,16 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import anyio
 
 from dreamgym.core.errors import BackendError, ModelOutputError, StateFormatError
 from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, ReplayStore
 from dreamgym.core.state import State, apply_diff, diff_states, flatten, match_elements, parse_state
-from dreamgym.core.types import Step
+from dreamgym.core.types import Step, Task
 from dreamgym.replay.embedders import transition_text
+from dreamgym.simulator._retrieval import embed_queries
 
 __all__ = ["FidelitySummary", "StepScore", "one_step_fidelity", "score_prediction"]
 
@@ -154,31 +156,37 @@ async def one_step_fidelity(
     its episode before it). Returns summaries keyed ``model``,
     ``copy_top_retrieved`` and ``unchanged``.
     """
-    from dreamgym.core.types import Task
-
     by_episode: dict[str, list[Step]] = {}
     for step in steps:
         by_episode.setdefault(step.episode_id, []).append(step)
-    queries: list[tuple[Step, ExperienceQuery]] = []
+    ordered: list[tuple[list[Step], Step]] = []
     for episode in by_episode.values():
         episode.sort(key=lambda s: s.step_index)
-        for step in episode:
-            goal = step.observation.goal or step.task_id
-            found: tuple[Neighbour, ...] = ()
-            if store is not None and neighbours:
-                text = transition_text(goal, str(step.action), step.observation.state)
-                found = tuple(
-                    await store.nearest(
-                        text, neighbours, source="real", site=step.site or None,
-                        exclude_episodes=(step.episode_id,), exclude_task_seeds=exclude_task_seeds,
-                    )
-                )  # fmt: skip
-            task = Task(task_id=step.task_id, instruction=goal, site=step.site)
-            history = tuple((s.observation, s.action) for s in episode[: step.step_index])
-            queries.append((step, ExperienceQuery(
-                task=task, history=history, observation=step.observation, action=step.action, neighbours=found,
-                seed=step.seed,
-            )))  # fmt: skip
+        ordered.extend((episode, step) for step in episode)
+    goals = [step.observation.goal or step.task_id for _, step in ordered]
+    vectors: Sequence[Any] = ()
+    if store is not None and neighbours:
+        texts = [
+            transition_text(goal, str(step.action), step.observation.state)
+            for goal, (_, step) in zip(goals, ordered, strict=True)
+        ]
+        vectors = await embed_queries(store, texts)
+    queries: list[tuple[Step, ExperienceQuery]] = []
+    for row, ((episode, step), goal) in enumerate(zip(ordered, goals, strict=True)):
+        found: tuple[Neighbour, ...] = ()
+        if store is not None and neighbours:
+            found = tuple(
+                await store.nearest(
+                    vectors[row], neighbours, source="real", site=step.site or None,
+                    exclude_episodes=(step.episode_id,), exclude_task_seeds=exclude_task_seeds,
+                )
+            )  # fmt: skip
+        task = Task(task_id=step.task_id, instruction=goal, site=step.site)
+        history = tuple((s.observation, s.action) for s in episode[: step.step_index])
+        queries.append((step, ExperienceQuery(
+            task=task, history=history, observation=step.observation, action=step.action, neighbours=found,
+            seed=step.seed,
+        )))  # fmt: skip
     results = {
         "copy_top_retrieved": summarise("copy_top_retrieved", [_copy_top(step, q) for step, q in queries]),
         "unchanged": summarise(

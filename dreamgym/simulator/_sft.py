@@ -37,6 +37,7 @@ from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour, Rep
 from dreamgym.core.state import diff_states
 from dreamgym.core.types import Step, Task, decode_record
 from dreamgym.replay.embedders import transition_text
+from dreamgym.simulator._retrieval import embed_queries
 from dreamgym.simulator._templates import TemplateConfig, answer_text
 
 __all__ = [
@@ -156,12 +157,19 @@ async def build_sft_examples(
         and (steps[0].task_id, steps[0].seed) not in held_out
         and (steps[0].task_id, None) not in held_out
     ]
-    vectors = await _query_vectors(store, episodes) if template.neighbours else None
-    examples = []
-    row = 0
+    instructions = []
     for steps in episodes:
         task = await store.get_task(steps[0].task_id)
-        instruction = steps[0].observation.goal or (task.instruction if task else steps[0].task_id)
+        instructions.append((task, steps[0].observation.goal or (task.instruction if task else steps[0].task_id)))
+    texts = [
+        transition_text(instruction, str(step.action), step.observation.state)
+        for steps, (_, instruction) in zip(episodes, instructions, strict=True)
+        for step in steps
+    ]
+    vectors = await embed_queries(store, texts) if template.neighbours else None
+    examples = []
+    row = 0
+    for steps, (task, instruction) in zip(episodes, instructions, strict=True):
         for step in steps:
             neighbours: tuple[Neighbour, ...] = ()
             if vectors is not None:
@@ -203,22 +211,6 @@ async def build_sft_examples(
                 )
             )
     return examples
-
-
-async def _query_vectors(store: ReplayStore, episodes: list[list[Step]]) -> Any:
-    """Every step's retrieval query, embedded in batches by the store's own embedder."""
-    import numpy as np
-
-    texts: list[str] = []
-    for steps in episodes:
-        task = await store.get_task(steps[0].task_id)
-        instruction = steps[0].observation.goal or (task.instruction if task else steps[0].task_id)
-        texts.extend(transition_text(instruction, str(s.action), s.observation.state) for s in steps)
-    embedder = getattr(store, "embedder", None)
-    if embedder is None:  # a store without its own embedder embeds each query itself
-        return texts
-    parts = [await embedder.embed(texts[i : i + 256]) for i in range(0, len(texts), 256)]
-    return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), dtype=np.float32)
 
 
 def _bare_task(step: Step, instruction: str) -> Task:
