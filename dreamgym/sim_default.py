@@ -44,10 +44,10 @@ from dreamgym.bridge import (
     MiniWobSite,
 )
 from dreamgym.core.protocols import Embedder, Policy
-from dreamgym.core.types import Observation, Task
+from dreamgym.core.types import Observation
 from dreamgym.offline import cache_dir
 from dreamgym.replay import LmdbReplayStore
-from dreamgym.runtime import run_episode
+from dreamgym.runtime import GroupSpec, Runtime, RuntimeConfig
 from dreamgym.simulator import (
     SFTExample,
     SimTrainConfig,
@@ -118,44 +118,35 @@ async def ensure_held_out(path: Path | None = None, *, embedder: Embedder | None
 
 
 async def collect_miniwob(store: LmdbReplayStore, plan: CollectPlan) -> int:
-    """Run the plan's real episodes into ``store``; returns the number of steps committed."""
+    """Run the plan's real episodes into ``store`` through the runtime; returns the number of steps committed.
+
+    Each (task, seed, policy) is a real group of one episode; an episode that
+    fails is recorded with its error and the collection goes on.
+    """
     site = MiniWobSite()
-    jobs: list[tuple[Task, int, Policy]] = []
+    groups: list[GroupSpec] = []
     for name in plan.tasks:
         task = site.task(name, max_steps=plan.max_steps)
         await store.put_task(task)
         for seed in plan.seeds:
-            if plan.demonstrator:
-                jobs.append((task, seed, MiniWobDemonstrator()))
-            jobs.extend((task, seed, RandomExplorer(seed * 7919 + n)) for n in range(plan.explorers))
-    committed = 0
+            policies: list[Policy] = [MiniWobDemonstrator()] if plan.demonstrator else []
+            policies.extend(RandomExplorer(seed * 7919 + n) for n in range(plan.explorers))
+            groups.extend(GroupSpec(task=task, seed=seed, source="real", policy=p) for p in policies)
+    config = RuntimeConfig(max_steps=plan.max_steps, real_concurrency=plan.contexts)
     try:
-        async with BrowserPool(BrowserConfig(processes=1)) as pool:
-            send, receive = anyio.create_memory_object_stream[tuple[Task, int, Policy]](len(jobs))
-            for job in jobs:
-                send.send_nowait(job)
-            send.close()
-
-            async def worker() -> None:
-                nonlocal committed
-                env = BrowserEnv(pool, sites=[site])
-                try:
-                    async for task, seed, policy in receive:
-                        steps, summary = await run_episode(
-                            env, policy, task, seed=seed, max_steps=plan.max_steps, group_id=f"{task.task_id}/{seed}"
-                        )
-                        await store.append(steps)
-                        await store.put_episode(summary)
-                        committed += len(steps)
-                finally:
-                    await env.aclose()
-
-            async with anyio.create_task_group() as group:
-                for _ in range(plan.contexts):
-                    group.start_soon(worker)
+        async with (
+            BrowserPool(BrowserConfig(processes=1)) as pool,
+            Runtime(
+                policy=MiniWobDemonstrator(),
+                store=store,
+                config=config,
+                real_env=lambda: BrowserEnv(pool, sites=[site]),
+            ) as runtime,
+        ):
+            results = await runtime.run_groups(groups)
     finally:
         site.close()
-    return committed
+    return sum(len(rollout.steps) for result in results for rollout in result.rollouts)
 
 
 async def build_default(
