@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from dreamgym.core.types import Source
+from typing import Any
 
 __all__ = ["add_run_commands"]
 
@@ -92,60 +89,34 @@ def _policy(args: argparse.Namespace, limiter: Any) -> Any:
     return LocalPolicy.load(path, config=LocalPolicyConfig(temperature=args.temperature), limiter=limiter)
 
 
-@asynccontextmanager
-async def _runtime(args: argparse.Namespace, *, simulator: bool) -> AsyncIterator[tuple[Any, Any]]:
-    """Open the store, the browsers, the policy and (for rollouts) the simulator; yield (runtime, site)."""
-    import anyio
-
-    from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
+def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+    """Open the store, the browsers, the policy and (for rollouts) the simulator; yields (runtime, site)."""
+    from dreamgym._jobs import open_runtime
     from dreamgym.cli import _embedder
-    from dreamgym.replay import LmdbReplayStore
-    from dreamgym.runtime import Runtime, RuntimeConfig
+    from dreamgym.runtime import RuntimeConfig
 
     config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.concurrency)
-    site = MiniWobSite()
-    async with AsyncExitStack() as stack:
-        stack.callback(site.close)
-        store = await stack.enter_async_context(LmdbReplayStore(args.store, embedder=_embedder(args.embedder)))
-        pool = await stack.enter_async_context(BrowserPool(BrowserConfig(processes=1)))
-        limiter = anyio.CapacityLimiter(config.torch_slots)
-        synthetic_env = _simulator_factory(args, store, limiter) if simulator else None
-        runtime = await stack.enter_async_context(
-            Runtime(
-                policy=_policy(args, limiter),
-                store=store,
-                config=config,
-                real_env=lambda: BrowserEnv(pool, sites=[site]),
-                synthetic_env=synthetic_env,
-                torch_limiter=limiter,
-            )
-        )
-        yield runtime, site
+    return open_runtime(
+        args.store,
+        lambda limiter: _policy(args, limiter),
+        config,
+        sim_model=_sim_model(args.sim_model) if simulator else None,
+        embedder=_embedder(args.embedder),
+    )
 
 
-def _simulator_factory(args: argparse.Namespace, store: Any, limiter: Any) -> Any:
+def _sim_model(name: str) -> Path:
     from dreamgym.sim_default import default_model_dir
-    from dreamgym.simulator import SimulatedEnv, SimulatorConfig, load_experience_model
 
-    path = default_model_dir() if args.sim_model == "default" else Path(args.sim_model)
-    model = load_experience_model(path, store=store, limiter=limiter)
-    config = SimulatorConfig(max_steps=args.max_steps, neighbours=model.config.template.neighbours)
-    return lambda: SimulatedEnv(model, store=store, config=config)
+    return default_model_dir() if name == "default" else Path(name)
 
 
 def _groups(args: argparse.Namespace, site: Any, *, real_share: float, shadow: bool = False) -> list[Any]:
     """One group per (task, seed); ``real_share`` of them real (exactly, spread out), shadowed if asked."""
-    from dreamgym.runtime import GroupSpec, RatioSource
+    from dreamgym._jobs import mixed_groups
 
-    chooser = RatioSource(real_share, seed=0)
-    groups: list[Any] = []
-    for name in task_names(args.tasks):
-        task = site.task(name, max_steps=args.max_steps)
-        for seed in parse_seeds(args.seeds):
-            source: Source = chooser.choose(task, len(groups))
-            groups.append(GroupSpec(task=task, size=args.group_size, seed=seed, source=source,
-                                    shadow=shadow and source == "real"))  # fmt: skip
-    return groups
+    tasks = [site.task(name, max_steps=args.max_steps) for name in task_names(args.tasks)]
+    return mixed_groups(tasks, parse_seeds(args.seeds), size=args.group_size, real_share=real_share, shadow=shadow)
 
 
 async def _drive(runtime: Any, groups: Sequence[Any]) -> list[Any]:

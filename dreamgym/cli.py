@@ -41,9 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="run the main job offline (today: a tour of what exists)")
-    demo.add_argument("--out", type=Path, default=Path(".cache/demo"), help="where the demo writes its store")
-    demo.add_argument("--embedder", default=None, help="embedder name (default: MiniLM when installed)")
+    demo = commands.add_parser("demo", help="the main job, offline: collect, simulate, roll out, evaluate, report")
+    _demo_arguments(demo)
     demo.set_defaults(run=_run_demo)
 
     replay = commands.add_parser("replay", help="inspect and move replay stores")
@@ -177,12 +176,42 @@ def _run_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
+    from dreamgym._cli_run import parse_seeds
+
+    def seeds(text: str) -> tuple[int, ...]:
+        return tuple(parse_seeds(text))
+
+    def names(text: str) -> tuple[str, ...]:
+        return tuple(name.strip().removeprefix("miniwob/") for name in text.split(",") if name.strip())
+
+    demo.add_argument("--out", type=Path, default=Path(".cache/demo"), help="stores and report.json/report.md")
+    demo.add_argument("--policy-model", type=Path, default=None, help="policy model directory (default: SmolLM2)")
+    demo.add_argument("--sim-model", default="default", help="experience model directory, or 'default'")
+    demo.add_argument("--tasks", type=names, default=None, help="comma-separated MiniWoB++ tasks")
+    demo.add_argument("--train-seeds", type=seeds, default=None, help="seed-set and rollout seeds, e.g. 0-3")
+    demo.add_argument("--held-out-seeds", type=seeds, default=None, help="evaluation seeds, e.g. 1000-1004")
+    for name, kind in (("explorers", int), ("group-size", int), ("rollout-groups", int), ("real-share", float),
+                       ("max-steps", int), ("seed", int)):  # fmt: skip
+        demo.add_argument(f"--{name}", type=kind, default=None, help="see dreamgym.demo.DemoSettings")
+    demo.add_argument("--embedder", default=None, help="embedder of the demo's store (default: MiniLM)")
+
+
 def _run_demo(args: argparse.Namespace) -> int:
-    import anyio
+    from rich.console import Console
 
-    from dreamgym.demo import run_demo
+    from dreamgym.demo import DemoSettings, run_demo, summary_table
 
-    return anyio.run(run_demo, args.out, _embedder(args.embedder))
+    keys = ("tasks", "train_seeds", "held_out_seeds", "explorers", "group_size", "rollout_groups", "real_share",
+            "max_steps", "seed", "policy_model")  # fmt: skip
+    chosen = {key: value for key in keys if (value := getattr(args, key)) is not None}
+    sim_model = None if args.sim_model == "default" else Path(args.sim_model)
+    settings = DemoSettings(out=args.out, sim_model=sim_model, embedder=_embedder(args.embedder), **chosen)
+    report = run_demo(settings)
+    console = Console()
+    console.print(summary_table(report))
+    console.print(f"report: {args.out / 'report.md'} and {args.out / 'report.json'}")
+    return 0
 
 
 if __name__ == "__main__":

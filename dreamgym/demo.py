@@ -1,121 +1,432 @@
-"""``dreamgym demo``: the main job on a fresh machine, offline, on 2 CPU cores.
+"""``dreamgym demo``: the main job, offline, on a small CPU machine, in minutes.
 
-Today it runs what exists, and says so: it collects real MiniWoB++ episodes in
-headless Chromium with the scripted demonstrators (and, as a baseline, a
-policy that picks uniformly among the valid actions) into a real replay
-store, embeds the transitions with the packaged MiniLM model, and retrieves
-the stored transitions nearest to a step of an unseen seed, the way the
-experience model will ground its predictions. The experience model, mixed
-rollouts, training and held-out evaluation land with the simulator, runtime
-and trainer issues.
+Seven phases, each a synchronous step (those that need an event loop run
+their own ``anyio.run``, so no browser or store outlives its loop, and a
+synchronous trainer can drive its own runtime in between):
+
+1. **collect** a small real seed set on MiniWoB++ tasks in headless Chromium
+   (a scripted demonstrator and a random explorer per (task, training seed))
+   into the demo's replay store;
+2. **ground** the offline experience model in it: embed the fresh real
+   transitions, which the model retrieves as neighbours for every prediction;
+3. **evaluate** the policy on held-out real seeds, before training, in a
+   store of its own (held-out pages never reach the simulator's retrieval,
+   which also excludes every held-out (task, seed));
+4. **roll out** groups, a share real and the rest on the simulator; every
+   real step is shadowed by the simulator's prediction;
+5. **train** the policy (a hook for ``dreamgym.trainer``; skipped until it is
+   wired in, and the report says so);
+6. **evaluate** again on the same held-out seeds;
+7. **report**: a summary table and ``report.json`` / ``report.md`` with real
+   and synthetic steps, success before and after with n and a 95% interval,
+   the simulator's reward accuracy on the real steps it shadowed with n, and
+   the wall-clock of each phase.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import shutil
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dreamgym.agents import RandomExplorer
-from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobDemonstrator, MiniWobSite
-from dreamgym.core import (
-    Embedder,
-    Policy,
-    diff_states,
+import anyio
+
+from dreamgym._demo_report import (
+    DemoReport,
+    RolloutFigures,
+    ShadowScore,
+    score_shadows,
+    summary_rows,
+    summary_table,
+    write_report,
 )
-from dreamgym.replay import LmdbReplayStore, StoreConfig, transition_text
-from dreamgym.runtime import run_episode
+from dreamgym.core.errors import ConfigError
+from dreamgym.trainer import EvalResult
 
-__all__ = ["run_demo"]
+if TYPE_CHECKING:
+    from dreamgym.agents import LocalPolicy
+    from dreamgym.bridge import MiniWobSite
+    from dreamgym.core.protocols import Embedder, ReplayStore
+    from dreamgym.core.types import Task
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.runtime import RuntimeConfig
 
-TASKS = ("click-button", "enter-text", "login-user", "choose-list", "click-checkboxes", "search-engine")
-TRAIN_SEEDS = range(4)
-HELD_OUT_SEEDS = range(100, 103)
-MAX_STEPS = 10
+__all__ = [
+    "DEMO_TASKS",
+    "DemoReport",
+    "DemoSettings",
+    "PolicyWeights",
+    "RolloutFigures",
+    "ShadowScore",
+    "TrainOutcome",
+    "run_demo",
+    "summary_rows",
+    "summary_table",
+    "write_report",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEMO_TASKS = ("click-button", "click-checkboxes", "enter-text", "choose-list")
+"""Short MiniWoB++ tasks with a scripted demonstrator, on which SmolLM2-135M is neither hopeless nor perfect."""
+TRAINING_SKIPPED = "the trainer is not wired in yet"
 
 
-async def run_demo(out: Path, embedder: Embedder | None = None) -> int:
-    """Run the demo; writes the store under ``out`` and prints what it did."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoSettings:
+    """What the demo runs. The defaults finish in about ten minutes on 2 CPU cores once setup has built its caches.
 
-    console = Console()
-    console.rule("dreamgym demo — what exists today")
-    console.print(
-        "Real MiniWoB++ episodes in headless Chromium → LMDB replay store → MiniLM retrieval.\n"
-        "[yellow]Not yet: the experience model, mixed real/synthetic rollouts, GRPO training and held-out "
-        "evaluation of a trained policy (the simulator, runtime and trainer issues).[/]"
+    Example:
+        >>> DemoSettings(tasks=("click-button",), train_seeds=(0,), held_out_seeds=(1000,), rollout_groups=2)
+    """
+
+    tasks: tuple[str, ...] = DEMO_TASKS
+    """MiniWoB++ task names; each needs a scripted demonstrator (``dreamgym.bridge.DEMONSTRATORS``)."""
+    train_seeds: tuple[int, ...] = (0, 1, 2, 3)
+    """Seeds of the real seed set and of the rollouts."""
+    held_out_seeds: tuple[int, ...] = (1000, 1001, 1002, 1003, 1004)
+    """Seeds evaluated before and after training: never collected, rolled out or retrieved.
+    The defaults are among the offline default model's held-out seeds too."""
+    explorers: int = 1
+    """Random-explorer episodes per (task, training seed) in the seed set, beside one demonstrator episode."""
+    group_size: int = 4
+    """Episodes per rollout group (GRPO's G)."""
+    rollout_groups: int = 8
+    """Rollout groups in phase 4, cycling through (task, training seed)."""
+    real_share: float = 0.25
+    """Share of rollout groups run on real pages (shadowed by the simulator); the rest are synthetic."""
+    max_steps: int = 6
+    """Step limit of every episode."""
+    real_concurrency: int = 2
+    """Real episodes (browser contexts) at once."""
+    temperature: float = 1.0
+    """The policy's sampling temperature in rollouts (above 0, so a group's episodes differ)."""
+    eval_temperature: float = 0.0
+    """The policy's temperature in evaluation: 0 takes its best action, so before and after
+    differ only by training (and by pages that are not deterministic)."""
+    policy_model: Path | None = None
+    """The policy's model directory; ``None``: SmolLM2-135M-Instruct as setup converted it."""
+    sim_model: Path | None = None
+    """The experience model's directory; ``None``: the offline default (``make sim-default``)."""
+    out: Path = Path(".cache/demo")
+    """Where the stores and the report go (the stores are replaced on each run)."""
+    seed: int = 0
+    """Seeds the policy's sampling and which rollout groups are real."""
+    embedder: Embedder | None = field(default=None, compare=False)
+    """Embedder of the demo's store; ``None``: MiniLM when installed."""
+
+    def __post_init__(self) -> None:
+        from dreamgym.bridge import DEMONSTRATORS
+
+        if not self.tasks or not self.train_seeds or not self.held_out_seeds:
+            raise ConfigError("DemoSettings needs at least one task, one training seed and one held-out seed")
+        unknown = [name for name in self.tasks if name not in DEMONSTRATORS]
+        if unknown:
+            raise ConfigError(
+                f"tasks {unknown} have no scripted demonstrator to collect the seed set with; "
+                f"choose among {sorted(DEMONSTRATORS)}"
+            )
+        if set(self.train_seeds) & set(self.held_out_seeds):
+            raise ConfigError("held-out seeds must differ from training seeds, or evaluation measures memory")
+        for name in ("explorers", "max_steps", "real_concurrency"):
+            if getattr(self, name) < (0 if name == "explorers" else 1):
+                raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
+        if self.group_size < 1 or self.rollout_groups < 1:
+            raise ConfigError("DemoSettings.group_size and rollout_groups must be >= 1")
+        if not 0.0 <= self.real_share <= 1.0:
+            raise ConfigError(f"DemoSettings.real_share must be in [0, 1], got {self.real_share}")
+
+    @property
+    def store_dir(self) -> Path:
+        """The demo's replay store: the seed set, the rollouts, the shadow predictions."""
+        return self.out / "store"
+
+    @property
+    def eval_store_dir(self) -> Path:
+        """Evaluation's own store, never searched by the simulator."""
+        return self.out / "eval-store"
+
+    def as_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "embedder"}
+        return {key: str(value) if isinstance(value, Path) else value for key, value in values.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyWeights:
+    """A policy model loaded once; each phase wraps it in a :class:`LocalPolicy` made in its own event loop."""
+
+    directory: Path
+    model: Any
+    tokenizer: Any
+    digest: str
+
+    @classmethod
+    def load(cls, directory: Path) -> PolicyWeights:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from dreamgym.simulator import weights_digest
+
+        model = AutoModelForCausalLM.from_pretrained(str(directory))
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        return cls(directory=directory, model=model, tokenizer=tokenizer, digest=weights_digest(directory))
+
+    def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
+        """The chooser over the page's candidate actions, sharing ``limiter`` with the other torch work."""
+        from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+
+        config = LocalPolicyConfig(mode="choose", temperature=temperature, seed=seed)
+        return LocalPolicy(
+            self.model, self.tokenizer, name=self.directory.name, digest=self.digest, config=config, limiter=limiter
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainOutcome:
+    """What the train phase hands back: the trained policy and the trainer's figures."""
+
+    policy: PolicyWeights
+    """The trained weights; the second evaluation plays them."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """``train/...`` figures (steps, real and synthetic steps used, loss...)."""
+
+
+# ---------------------------------------------------------------------- the job
+
+
+def run_demo(settings: DemoSettings) -> DemoReport:
+    """Run the seven phases and write ``report.json`` and ``report.md`` under ``settings.out``.
+
+    Raises:
+        ConfigError: A model directory is missing (the message names the command that builds it).
+    """
+    sim_dir = experience_model_dir(settings)
+    policy_dir = policy_model_dir(settings)
+    for path in (settings.store_dir, settings.eval_store_dir):
+        shutil.rmtree(path, ignore_errors=True)  # each run starts from empty stores
+    phases: dict[str, float] = {}
+
+    def timed(name: str, step: Callable[[], T]) -> T:
+        log.info("demo: %s ...", name)
+        began = time.perf_counter()
+        result = step()
+        phases[name] = time.perf_counter() - began
+        log.info("demo: %s done in %.1f s", name, phases[name])
+        return result
+
+    seed_set = timed("1 collect", lambda: anyio.run(_collect, settings))
+    grounding = timed("2 ground", lambda: anyio.run(_ground, settings, sim_dir))
+    seed_set = {**seed_set, "vectors": grounding.pop("vectors")}
+    weights = timed("load policy", lambda: PolicyWeights.load(policy_dir))
+    before = timed("3 evaluate before", lambda: anyio.run(_evaluate, settings, weights, "before"))
+    rollouts, shadow = timed("4 rollouts", lambda: anyio.run(_rollouts, settings, weights, sim_dir))
+    trained = timed("5 train", lambda: _train(settings, weights, sim_dir=sim_dir))
+    after_weights = trained.policy if trained is not None else weights
+    after = timed("6 evaluate after", lambda: anyio.run(_evaluate, settings, after_weights, "after"))
+    store = anyio.run(_store_steps, settings.store_dir)
+    report = DemoReport(
+        settings=settings.as_dict(),
+        models={"policy": f"{policy_dir.name}@{weights.digest[:16]}", **grounding},
+        seed_set=seed_set,
+        before=before,
+        rollouts=rollouts,
+        shadow=shadow,
+        training=_training_record(trained),
+        after=after,
+        store=store,
+        phases=phases,
     )
-    store_path = out / "store"
-    shutil.rmtree(store_path, ignore_errors=True)  # the demo starts from an empty store each run
-    started = time.perf_counter()
-    site = MiniWobSite()
-    demonstrator = MiniWobDemonstrator()
-    results: dict[str, dict[str, list[float]]] = {"demonstrator": {}, "random": {}}
-    try:
-        async with (
-            BrowserPool(BrowserConfig(processes=2)) as pool,
-            LmdbReplayStore(store_path, embedder=embedder, config=StoreConfig()) as store,
-        ):
-            env = BrowserEnv(pool, sites=[site])
-            for name in TASKS:
-                task = site.task(name, max_steps=MAX_STEPS)
-                await store.put_task(task)
-                for seed in TRAIN_SEEDS:
-                    steps, summary = await run_episode(
-                        env, demonstrator, task, seed=seed, max_steps=MAX_STEPS, group_id=f"{name}/{seed}"
-                    )
-                    await store.append(steps)
-                    await store.put_episode(summary)
-                policies: tuple[tuple[str, Policy], ...] = (
-                    ("demonstrator", demonstrator),
-                    ("random", RandomExplorer(0)),
-                )
-                for label, policy in policies:
-                    for seed in HELD_OUT_SEEDS:
-                        _, summary = await run_episode(env, policy, task, seed=seed, max_steps=MAX_STEPS)
-                        results[label].setdefault(name, []).append(float(summary.success))
-            collected = time.perf_counter() - started
-            console.print(f"collected {len(TASKS) * len(TRAIN_SEEDS)} real episodes in {collected:.1f} s; "
-                          f"embedding with {store.embedder.name} ...")  # fmt: skip
-            await store.flush()
-            stats = await store.stats()
+    write_report(report, settings.out)
+    return report
 
-            task = site.task("login-user", max_steps=MAX_STEPS)
-            held_out, _ = await run_episode(env, demonstrator, task, seed=HELD_OUT_SEEDS[0], max_steps=MAX_STEPS)
-            step = held_out[1]
-            console.rule(f"an unseen seed ({HELD_OUT_SEEDS[0]}) of login-user, step 2")
-            console.print(Text(f"goal: {step.observation.goal}\n{step.observation.state}"))
-            query = transition_text(step.observation.goal, str(step.action), step.observation.state)
-            hits = await store.nearest(query, 3, source="real")
-            table = Table(title=Text(f"nearest stored real transitions to '{step.action}'"))
-            for column in ("seq", "score", "task / seed", "action", "what it did (state diff)"):
-                table.add_column(column)
-            for hit in hits:
-                diff = diff_states(hit.step.observation.state, hit.step.next_observation.state)
-                cells = (str(hit.seq), f"{hit.score:.3f}", f"{hit.step.task_id} / {hit.step.seed}",
-                         str(hit.step.action), diff)  # fmt: skip
-                table.add_row(*(Text(cell) for cell in cells))
-            console.print(table)
-            await env.aclose()
-    finally:
-        site.close()
 
-    scores = Table(title=Text(f"success on held-out seeds {list(HELD_OUT_SEEDS)} (n = {len(HELD_OUT_SEEDS)} per task)"))
-    scores.add_column("task")
-    scores.add_column("scripted demonstrator")
-    scores.add_column("random valid action")
-    for name in TASKS:
-        scores.add_row(name, *(f"{sum(results[p][name]):.0f}/{len(results[p][name])}" for p in results))
-    totals = {p: sum(sum(v) for v in results[p].values()) for p in results}
-    episodes = len(TASKS) * len(HELD_OUT_SEEDS)
-    scores.add_row("all", *(f"{totals[p]:.0f}/{episodes}" for p in results))
-    console.print(scores)
-    console.rule("store")
-    console.print(
-        f"{store_path}: {stats.steps['real']} real steps, {stats.episodes} episodes, {stats.tasks} tasks, "
-        f"{stats.vectors} vectors ({stats.embedder}, dim {stats.dim}); {time.perf_counter() - started:.1f} s in all"
+def experience_model_dir(settings: DemoSettings) -> Path:
+    """The experience model's directory.
+
+    Raises:
+        ConfigError: There is no model there; for the default, the message says how to build it.
+    """
+    from dreamgym.sim_default import default_model_dir
+
+    path = settings.sim_model or default_model_dir()
+    if (path / "config.json").exists():
+        return path
+    if settings.sim_model is None:
+        raise ConfigError(
+            f"the offline default experience model is not built yet ({path}); build it once with "
+            "`make sim-default` (= `.venv/bin/python -m dreamgym.sim_default`, about an hour on 2 cores), "
+            "or pass --sim-model DIR"
+        )
+    raise ConfigError(f"no experience model at {path}; train one with `dreamgym sim train` or pass another directory")
+
+
+def policy_model_dir(settings: DemoSettings) -> Path:
+    """The policy's directory: the given one, or SmolLM2 from the setup's cache.
+
+    Raises:
+        ConfigError: There is no model there.
+    """
+    from dreamgym.offline import smollm2_checkpoint
+
+    path = settings.policy_model or smollm2_checkpoint()
+    if not (path / "config.json").exists():
+        raise ConfigError(f"no policy model at {path}; give a transformers chat model directory")
+    return path
+
+
+# ---------------------------------------------------------------------- phases
+
+
+async def _collect(settings: DemoSettings) -> dict[str, int]:
+    """Phase 1: a demonstrator and ``explorers`` random episodes per (task, training seed), real, into the store."""
+    from dreamgym.replay import LmdbReplayStore, StoreConfig
+    from dreamgym.sim_default import CollectPlan, collect_miniwob
+
+    plan = CollectPlan(
+        tasks=settings.tasks,
+        seeds=settings.train_seeds,
+        explorers=settings.explorers,
+        max_steps=settings.max_steps,
+        contexts=settings.real_concurrency,
     )
-    console.print(f"Inspect it: dreamgym replay stats {store_path}")
-    return 0
+    # Indexing waits for phase 2: embedding alongside would take the cores from Chromium.
+    async with LmdbReplayStore(
+        settings.store_dir, embedder=settings.embedder, config=StoreConfig(auto_index=False)
+    ) as store:
+        steps = await collect_miniwob(store, plan)
+        episodes = [e for name in settings.tasks for e in await _task_episodes(store, f"miniwob/{name}")]
+    log.info("demo: seed set of %d real steps in %d episodes", steps, len(episodes))
+    return {"steps": steps, "episodes": len(episodes), "successes": sum(e.success for e in episodes)}
+
+
+async def _task_episodes(store: LmdbReplayStore, task_id: str) -> list[Any]:
+    seqs = await store.task_seqs(task_id, source="real")
+    ids = {step.episode_id for step in await store.get_steps(seqs)}
+    return [episode for episode_id in sorted(ids) if (episode := await store.get_episode(episode_id)) is not None]
+
+
+async def _ground(settings: DemoSettings, sim_dir: Path) -> dict[str, Any]:
+    """Phase 2: embed the seed set (the model's retrieval corpus) and load the model to check it answers from it."""
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.simulator import load_experience_model
+
+    async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
+        await store.flush()
+        stats = await store.stats()
+        model = load_experience_model(sim_dir, store=store)
+        template = model.config.template
+    log.info(
+        "demo: %d real transitions embedded (%s) for %s to retrieve, %d per prediction",
+        stats.vectors, stats.embedder, model.model_id, template.neighbours,
+    )  # fmt: skip
+    return {"vectors": stats.vectors, "experience_model": model.model_id, "embedder": stats.embedder}
+
+
+async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) -> EvalResult:
+    """Phases 3 and 6: one real episode per (task, held-out seed), in evaluation's own store."""
+    from dreamgym._jobs import open_runtime
+    from dreamgym.replay import HashingEmbedder, StoreConfig
+    from dreamgym.trainer import evaluate
+
+    policy = _policy_factory(weights, temperature=settings.eval_temperature, seed=settings.seed)
+    # Evaluation's store is a record, never searched: a cheap embedder and no index.
+    async with open_runtime(
+        settings.eval_store_dir,
+        policy,
+        _runtime_config(settings),
+        embedder=HashingEmbedder(64),
+        store_config=StoreConfig(auto_index=False),
+    ) as (runtime, site):
+        tasks = await _put_tasks(runtime.store, site, settings)
+        result = await evaluate(runtime, tasks, settings.held_out_seeds, label=label)
+    low, high = result.interval
+    log.info("demo: %s: %d/%d held-out episodes solved (95%% CI %.2f-%.2f)",
+             label, result.successes, result.episodes, low, high)  # fmt: skip
+    return result
+
+
+async def _rollouts(
+    settings: DemoSettings, weights: PolicyWeights, sim_dir: Path
+) -> tuple[RolloutFigures, ShadowScore]:
+    """Phase 4: mixed groups; the real ones shadowed by the simulator, whose predictions are then scored."""
+    from dreamgym._jobs import mixed_groups, open_runtime
+
+    policy = _policy_factory(weights, temperature=settings.temperature, seed=settings.seed + 1)
+    async with open_runtime(
+        settings.store_dir,
+        policy,
+        _runtime_config(settings),
+        sim_model=sim_dir,
+        exclude_task_seeds=held_out_pairs(settings),
+        embedder=settings.embedder,
+    ) as (runtime, site):
+        tasks = await _put_tasks(runtime.store, site, settings)
+        groups = mixed_groups(
+            tasks, settings.train_seeds, size=settings.group_size, real_share=settings.real_share,
+            shadow=True, count=settings.rollout_groups, seed=settings.seed,
+        )  # fmt: skip
+        results = await runtime.run_groups(groups)
+        figures = RolloutFigures.of(results, runtime.stats.snapshot())
+        shadow = await score_shadows(runtime.store, results)
+    log.info("demo: rollouts: %d real and %d synthetic steps; simulator right on %d/%d shadowed rewards",
+             figures.real_steps, figures.synthetic_steps, shadow.reward_correct, shadow.n)  # fmt: skip
+    return figures, shadow
+
+
+def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> TrainOutcome | None:
+    """Phase 5: train the policy; ``None`` when nothing was trained.
+
+    Receives the settings (tasks, training seeds, group size, real share,
+    ``store_dir`` with the seed set and the rollouts, ``held_out_seeds`` to
+    keep out of retrieval via :func:`held_out_pairs`), the loaded policy
+    weights, and the experience model's directory. Runs synchronously; a
+    trainer that needs rollouts drives its own runtime (a
+    :class:`~dreamgym.runtime.RuntimePortal` over
+    :func:`dreamgym._jobs.open_runtime`) and closes it before returning.
+    """
+    log.info("training: skipped — %s", TRAINING_SKIPPED)
+    return None
+
+
+async def _store_steps(path: Path) -> dict[str, int]:
+    from dreamgym.replay import LmdbReplayStore
+
+    async with LmdbReplayStore(path, readonly=True) as store:
+        return dict((await store.stats()).steps)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def held_out_pairs(settings: DemoSettings) -> list[tuple[str, int | None]]:
+    """Every held-out (task id, seed): retrieval must never return them (the leakage rule)."""
+    return [(f"miniwob/{name}", seed) for name in settings.tasks for seed in settings.held_out_seeds]
+
+
+def _runtime_config(settings: DemoSettings) -> RuntimeConfig:
+    from dreamgym.runtime import RuntimeConfig
+
+    return RuntimeConfig(max_steps=settings.max_steps, real_concurrency=settings.real_concurrency)
+
+
+def _policy_factory(weights: PolicyWeights, *, temperature: float, seed: int) -> Callable[[Any], LocalPolicy]:
+    return lambda limiter: weights.policy(limiter, temperature=temperature, seed=seed)
+
+
+async def _put_tasks(store: ReplayStore, site: MiniWobSite, settings: DemoSettings) -> list[Task]:
+    tasks = [site.task(name, max_steps=settings.max_steps) for name in settings.tasks]
+    for task in tasks:
+        await store.put_task(task)
+    return tasks
+
+
+def _training_record(trained: TrainOutcome | None) -> dict[str, Any]:
+    if trained is None:
+        return {"status": "skipped", "reason": TRAINING_SKIPPED}
+    return {"status": "trained", "policy": str(trained.policy.directory), "metrics": dict(trained.metrics)}

@@ -1,0 +1,232 @@
+"""The demo's figures: rollouts by side, the simulator's shadow score, the report and its table and files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym.trainer import EvalResult, wilson_interval
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from dreamgym.core.protocols import ReplayStore
+    from dreamgym.runtime import GroupResult, RuntimeSnapshot
+
+__all__ = [
+    "DemoReport",
+    "RolloutFigures",
+    "ShadowScore",
+    "score_shadows",
+    "summary_rows",
+    "summary_table",
+    "write_report",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShadowScore:
+    """The simulator's predictions of the real rollout steps it shadowed, scored against what happened."""
+
+    n: int = 0
+    """Real steps shadowed; a step without a usable prediction counts as wrong."""
+    reward_correct: int = 0
+    """Predictions with ``|predicted reward - real reward| <= 0.5``."""
+    done_correct: int = 0
+    """Predictions whose end of episode matched the real one."""
+    unusable: int = 0
+    """Steps whose prediction failed or was cut (malformed after retries, a backend error)."""
+    similarity: float = 0.0
+    """Mean line similarity of predicted and real next pages (unusable ones count 0)."""
+    zero_reward_correct: int = 0
+    """What always predicting reward 0 would score on the same steps (the baseline to beat)."""
+
+    @property
+    def reward_accuracy(self) -> float:
+        return self.reward_correct / self.n if self.n else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        low, high = wilson_interval(self.reward_correct, self.n)
+        return {
+            **dataclasses.asdict(self),
+            "reward_accuracy": self.reward_accuracy,
+            "reward_accuracy_ci95": [low, high],
+            "done_accuracy": self.done_correct / self.n if self.n else 0.0,
+            "zero_reward_accuracy": self.zero_reward_correct / self.n if self.n else 0.0,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutFigures:
+    """What the mixed rollouts did, by side."""
+
+    groups: int
+    real_groups: int
+    synthetic_groups: int
+    real_episodes: int
+    synthetic_episodes: int
+    real_steps: int
+    synthetic_steps: int
+    """Steps of synthetic episodes (shadow predictions are counted in :class:`ShadowScore`, not here)."""
+    real_successes: int
+    synthetic_successes: int
+    """Episodes the simulator judged successful (its say, not the site's)."""
+    errors: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, results: Sequence[GroupResult], snapshot: RuntimeSnapshot) -> RolloutFigures:
+        def successes(source: str) -> int:
+            return sum(e.success for r in results if r.source == source for e in r.episodes)
+
+        return cls(
+            groups=len(results),
+            real_groups=sum(r.source == "real" for r in results),
+            synthetic_groups=sum(r.source == "synthetic" for r in results),
+            real_episodes=snapshot.real_episodes,
+            synthetic_episodes=snapshot.synthetic_episodes,
+            real_steps=snapshot.real_steps,
+            synthetic_steps=snapshot.synthetic_steps,
+            real_successes=successes("real"),
+            synthetic_successes=successes("synthetic"),
+            errors=dict(snapshot.errors),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoReport:
+    """Everything the demo measured, each figure with its n."""
+
+    settings: Mapping[str, Any]
+    models: Mapping[str, str]
+    """The policy's and the experience model's ids."""
+    seed_set: Mapping[str, int]
+    """The collected real seed set: ``steps``, ``episodes``, ``successes``, ``vectors`` (steps embedded)."""
+    before: EvalResult
+    rollouts: RolloutFigures
+    shadow: ShadowScore
+    training: Mapping[str, Any]
+    """``status`` (``trained`` or ``skipped``), with the trainer's metrics or the reason."""
+    after: EvalResult
+    store: Mapping[str, int]
+    """Steps in the demo's store at the end, by source (synthetic includes the shadow predictions)."""
+    phases: Mapping[str, float]
+    """Wall-clock seconds per phase."""
+
+    @property
+    def real_steps(self) -> int:
+        """Real steps of training data: the seed set and the real rollouts (evaluation's are not)."""
+        return self.seed_set["steps"] + self.rollouts.real_steps
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "settings": dict(self.settings),
+            "models": dict(self.models),
+            "real_steps": self.real_steps,
+            "synthetic_steps": self.rollouts.synthetic_steps,
+            "seed_set": dict(self.seed_set),
+            "before": self.before.as_dict(),
+            "rollouts": dataclasses.asdict(self.rollouts),
+            "shadow": self.shadow.as_dict(),
+            "training": dict(self.training),
+            "after": self.after.as_dict(),
+            "store": dict(self.store),
+            "phases_s": dict(self.phases),
+            "total_s": sum(self.phases.values()),
+        }
+
+
+async def score_shadows(store: ReplayStore, results: Sequence[GroupResult]) -> ShadowScore:
+    """Score the stored shadow prediction of every step of the real groups against the real step.
+
+    Every real group of the demo is shadowed; a step with no stored
+    prediction (it raised) or a cut one (malformed, backend) counts as wrong.
+    """
+    from dreamgym.simulator import score_prediction
+
+    n = reward = done = unusable = zero = 0
+    similarity = 0.0
+    for result in results:
+        if result.source != "real":
+            continue
+        for rollout in result.rollouts:
+            predicted = {s.step_index: s for s in await store.episode_steps(rollout.episode.episode_id + "/shadow")}
+            for step in rollout.steps:
+                n += 1
+                zero += abs(step.reward) <= 0.5
+                guess = predicted.get(step.step_index)
+                if guess is None or guess.truncation_reason in ("model_output", "backend"):
+                    unusable += 1
+                    continue
+                score = score_prediction(step, guess.next_observation.state, guess.reward, guess.terminated)
+                reward += score.reward_correct
+                done += score.done_correct
+                similarity += score.similarity
+    return ShadowScore(
+        n=n, reward_correct=reward, done_correct=done, unusable=unusable,
+        similarity=similarity / n if n else 0.0, zero_reward_correct=zero,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- the report
+
+
+def _rate(successes: int, n: int) -> tuple[str, str]:
+    low, high = wilson_interval(successes, n)
+    value = f"{successes}/{n} = {successes / n:.2f}" if n else "–"
+    return value, f"n = {n}, 95% CI {low:.2f}–{high:.2f}"
+
+
+def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
+    """The summary as (figure, value, n and spread) rows: what the table and ``report.md`` show."""
+    seed, roll, shadow = report.seed_set, report.rollouts, report.shadow
+    rows = [
+        ("real steps (training data)", str(report.real_steps),
+         f"seed set {seed['steps']} ({seed['episodes']} episodes) + rollouts {roll.real_steps} "
+         f"({roll.real_episodes} episodes)"),
+        ("synthetic steps", str(roll.synthetic_steps),
+         f"{roll.synthetic_episodes} episodes in {roll.synthetic_groups} groups"),
+        ("success before training", *_rate(report.before.successes, report.before.episodes)),
+        ("success after training", *_rate(report.after.successes, report.after.episodes)),
+        ("simulator reward accuracy (shadowed real steps)", *_rate(shadow.reward_correct, shadow.n)),
+        ("  always-0 reward on the same steps", *_rate(shadow.zero_reward_correct, shadow.n)),
+        ("  simulator end-of-episode accuracy", *_rate(shadow.done_correct, shadow.n)),
+        ("  unusable predictions", str(shadow.unusable), f"of n = {shadow.n}"),
+        ("real rollout success", *_rate(roll.real_successes, roll.real_episodes)),
+        ("synthetic rollout success (simulator's say)", *_rate(roll.synthetic_successes, roll.synthetic_episodes)),
+        ("training", report.training["status"], str(report.training.get("reason", report.training.get("metrics", "")))),
+    ]  # fmt: skip
+    rows += [(f"wall-clock: {name}", f"{seconds:.1f} s", "") for name, seconds in report.phases.items()]
+    rows.append(("wall-clock: total", f"{sum(report.phases.values()):.1f} s", ""))
+    return rows
+
+
+def summary_table(report: DemoReport) -> Table:
+    """The summary as a rich table."""
+    from rich.table import Table
+
+    table = Table(title="dreamgym demo")
+    for column in ("figure", "value", "n and spread"):
+        table.add_column(column)
+    for row in summary_rows(report):
+        table.add_row(*row)
+    return table
+
+
+def write_report(report: DemoReport, out: Path) -> None:
+    """Write ``report.json`` (every figure) and ``report.md`` (the summary and per-task success) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report.as_dict(), indent=2) + "\n")
+    lines = ["# dreamgym demo", "", "| figure | value | n and spread |", "|---|---|---|"]
+    lines += [f"| {' | '.join(row)} |" for row in summary_rows(report)]
+    lines += ["", "## Held-out success per task", "", "| task | before | after |", "|---|---|---|"]
+    after = {score.task_id: score for score in report.after.tasks}
+    for score in report.before.tasks:
+        later = after.get(score.task_id)
+        late = f"{later.successes}/{later.episodes}" if later else "–"
+        lines.append(f"| {score.task_id} | {score.successes}/{score.episodes} | {late} |")
+    lines += ["", f"Models: {', '.join(f'{k} `{v}`' for k, v in report.models.items())}.", ""]
+    (out / "report.md").write_text("\n".join(lines))

@@ -1,0 +1,132 @@
+"""Pieces shared by the jobs that run policies on MiniWoB++ (``dreamgym collect``/``rollout`` and ``dreamgym demo``).
+
+- ``open_runtime``: a replay store, a MiniWoB++ site, a browser pool, a
+  policy and (optionally) the simulator, wired into one
+  :class:`~dreamgym.runtime.Runtime` that shares one torch limiter;
+- ``simulator_factory``: a trained experience model behind ``SimulatedEnv``
+  environments grounded in a store;
+- ``mixed_groups``: groups over tasks and seeds with a share of them real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from dreamgym.bridge import MiniWobSite
+    from dreamgym.core.protocols import Embedder, Policy, ReplayStore
+    from dreamgym.core.types import Source, Task
+    from dreamgym.replay import StoreConfig
+    from dreamgym.runtime import GroupSpec, Runtime, RuntimeConfig
+    from dreamgym.simulator import SimulatedEnv
+
+__all__ = ["PolicyFactory", "mixed_groups", "open_runtime", "simulator_factory"]
+
+PolicyFactory = Callable[[anyio.CapacityLimiter], "Policy"]
+"""Makes the runtime's policy, given the limiter that in-process torch work shares."""
+
+
+@asynccontextmanager
+async def open_runtime(
+    store_path: Path,
+    policy: PolicyFactory,
+    config: RuntimeConfig,
+    *,
+    sim_model: Path | None = None,
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    embedder: Embedder | None = None,
+    store_config: StoreConfig | None = None,
+) -> AsyncIterator[tuple[Runtime, MiniWobSite]]:
+    """Open the store, a site, the browsers, the policy and (with ``sim_model``) the simulator; yield (runtime, site).
+
+    Everything is opened in the calling event loop and closed when the block
+    ends, so nothing outlives the loop that made it.
+    """
+    from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.runtime import Runtime
+
+    site = MiniWobSite()
+    async with AsyncExitStack() as stack:
+        stack.callback(site.close)
+        store = await stack.enter_async_context(LmdbReplayStore(store_path, embedder=embedder, config=store_config))
+        pool = await stack.enter_async_context(BrowserPool(BrowserConfig(processes=1)))
+        limiter = anyio.CapacityLimiter(config.torch_slots)
+        synthetic_env = (
+            simulator_factory(
+                sim_model, store, limiter, max_steps=config.max_steps, exclude_task_seeds=exclude_task_seeds
+            )
+            if sim_model is not None
+            else None
+        )
+        runtime = await stack.enter_async_context(
+            Runtime(
+                policy=policy(limiter),
+                store=store,
+                config=config,
+                real_env=lambda: BrowserEnv(pool, sites=[site]),
+                synthetic_env=synthetic_env,
+                torch_limiter=limiter,
+            )
+        )
+        yield runtime, site
+
+
+def simulator_factory(
+    model_dir: Path,
+    store: ReplayStore,
+    limiter: anyio.CapacityLimiter,
+    *,
+    max_steps: int,
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+) -> Callable[[], SimulatedEnv]:
+    """Load the experience model at ``model_dir`` once; make simulated environments that retrieve from ``store``.
+
+    ``exclude_task_seeds`` are kept out of retrieval (the leakage rule): pass
+    every held-out (task, seed).
+    """
+    from dreamgym.simulator import SimulatedEnv, SimulatorConfig, load_experience_model
+
+    model = load_experience_model(model_dir, store=store, limiter=limiter)
+    config = SimulatorConfig(
+        max_steps=max_steps,
+        neighbours=model.config.template.neighbours,
+        exclude_task_seeds=tuple(exclude_task_seeds),
+    )
+    return lambda: SimulatedEnv(model, store=store, config=config)
+
+
+def mixed_groups(
+    tasks: Sequence[Task],
+    seeds: Sequence[int],
+    *,
+    size: int,
+    real_share: float,
+    shadow: bool = False,
+    count: int | None = None,
+    seed: int = 0,
+) -> list[GroupSpec]:
+    """Groups over (task, seed) pairs, ``real_share`` of them real (exactly, spread out), shadowed if asked.
+
+    Without ``count``, one group per (task, seed); with it, ``count`` groups
+    that cycle through the seeds, every task taking each seed in turn.
+    """
+    from dreamgym.runtime import GroupSpec, RatioSource
+
+    pairs = (
+        [(task, s) for s in seeds for task in tasks] if count is not None else [(t, s) for t in tasks for s in seeds]
+    )
+    chosen = pairs if count is None else [pairs[i % len(pairs)] for i in range(count)]
+    chooser = RatioSource(real_share, seed=seed)
+    groups: list[GroupSpec] = []
+    for task, group_seed in chosen:
+        source: Source = chooser.choose(task, len(groups))
+        groups.append(
+            GroupSpec(task=task, size=size, seed=group_seed, source=source, shadow=shadow and source == "real")
+        )
+    return groups
