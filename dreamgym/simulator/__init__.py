@@ -25,7 +25,19 @@ from dreamgym.simulator._curriculum import (
     variation_messages,
 )
 from dreamgym.simulator._env import SimulatedEnv, SimulatorConfig, SimulatorStats, real_start, real_start_pages
-from dreamgym.simulator._fidelity import FidelitySummary, StepScore, one_step_fidelity, score_prediction
+from dreamgym.simulator._fidelity import (
+    BASELINES,
+    CopyTopRetrieved,
+    FidelitySummary,
+    StepScore,
+    UnchangedPage,
+    one_step_fidelity,
+    predict_steps,
+    score_prediction,
+    score_step,
+    summarise_scores,
+    teacher_forced_queries,
+)
 from dreamgym.simulator._load import load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
@@ -44,9 +56,11 @@ from dreamgym.simulator._templates import TemplateConfig, answer_text, history_o
 from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_digest
 
 __all__ = [
+    "BASELINES",
     "MAX_ANSWER_CHARS",
     "METADATA_FILE",
     "VARIATION_TEMPLATE_ID",
+    "CopyTopRetrieved",
     "CurriculumConfig",
     "CurriculumStats",
     "ExperienceModelConfig",
@@ -65,6 +79,7 @@ __all__ = [
     "StepScore",
     "TaskPool",
     "TemplateConfig",
+    "UnchangedPage",
     "annotate_reasoning",
     "answer_text",
     "build_sft_examples",
@@ -75,14 +90,18 @@ __all__ = [
     "one_step_fidelity",
     "parse_answer",
     "parse_initial_answer",
+    "predict_steps",
     "propose_variations",
     "read_metadata",
     "real_episodes",
     "real_start",
     "real_start_pages",
     "score_prediction",
+    "score_step",
     "select_seed_tasks",
+    "summarise_scores",
     "task_value",
+    "teacher_forced_queries",
     "train_experience_model",
     "variation_messages",
     "weights_digest",

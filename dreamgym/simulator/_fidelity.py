@@ -6,7 +6,11 @@ happened. Two baselines are scored on the same steps with the same
 retrieval: ``copy_top_retrieved`` (the nearest real transition's next state,
 reward and end, its diff replayed onto the current page when it applies) and
 ``unchanged`` (the page stays, reward 0, the episode goes on). A simulator
-that does not beat both is not simulating.
+that does not beat both is not simulating. Both baselines are experience
+models themselves (:class:`CopyTopRetrieved`, :class:`UnchangedPage`), so the
+same code scores them teacher-forced and runs them open loop in a
+``SimulatedEnv``. Every predictor, model or baseline, is held to the
+simulator's rule that ``stop`` ends the episode.
 
 Scores per step (in ``core``'s state format):
 
@@ -23,6 +27,11 @@ error) scores zero everywhere and is counted in ``failures``.
 
 Leakage rule: retrieval for a step excludes its own episode and every pair in
 ``exclude_task_seeds`` (pass every held-out (task, seed)).
+
+The parts, for callers that need per-step results (``dreamgym.validate``):
+:func:`teacher_forced_queries` builds the queries (with retrieval),
+:func:`predict_steps` asks a model for each, :func:`score_prediction` and
+:func:`summarise_scores` score and average.
 """
 
 from __future__ import annotations
@@ -32,21 +41,35 @@ import difflib
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import anyio
+import msgspec
 
 from dreamgym.core.errors import BackendError, ModelOutputError, StateFormatError
-from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, ReplayStore
+from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, Prediction, ReplayStore
 from dreamgym.core.state import State, apply_diff, diff_states, flatten, match_elements, parse_state
-from dreamgym.core.types import Step, Task
+from dreamgym.core.types import Observation, Step, Task
 from dreamgym.replay.embedders import transition_text
 from dreamgym.simulator._retrieval import embed_queries
 
-__all__ = ["FidelitySummary", "StepScore", "one_step_fidelity", "score_prediction"]
+__all__ = [
+    "BASELINES",
+    "CopyTopRetrieved",
+    "FidelitySummary",
+    "StepScore",
+    "UnchangedPage",
+    "one_step_fidelity",
+    "predict_steps",
+    "score_prediction",
+    "score_step",
+    "summarise_scores",
+    "teacher_forced_queries",
+]
 
 BASELINES = ("copy_top_retrieved", "unchanged")
+"""Names of the two baselines, as keys of every fidelity result."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,7 +144,9 @@ class FidelitySummary:
         return asdict(self)
 
 
-def summarise(name: str, scores: Sequence[StepScore], seconds: float = 0.0) -> FidelitySummary:
+def summarise_scores(name: str, scores: Sequence[StepScore], seconds: float = 0.0) -> FidelitySummary:
+    """Mean of each score over ``scores``; hallucination over the usable predictions only."""
+
     def mean(values: Sequence[float]) -> float:
         return round(statistics.fmean(values), 4) if values else 0.0
 
@@ -156,6 +181,33 @@ async def one_step_fidelity(
     its episode before it). Returns summaries keyed ``model``,
     ``copy_top_retrieved`` and ``unchanged``.
     """
+    queries = await teacher_forced_queries(
+        steps, store=store, neighbours=neighbours, exclude_task_seeds=exclude_task_seeds
+    )
+    predictors: dict[str, ExperienceModel] = {"model": model} if model is not None else {}
+    predictors.update(copy_top_retrieved=CopyTopRetrieved(), unchanged=UnchangedPage())
+    results = {}
+    for name, predictor in predictors.items():
+        predictions, seconds = await predict_steps(predictor, queries, concurrency=concurrency)
+        scores = [score_step(step, prediction) for (step, _), prediction in zip(queries, predictions, strict=True)]
+        results[name] = summarise_scores(name, scores, seconds if name == "model" else 0.0)
+    return results
+
+
+async def teacher_forced_queries(
+    steps: Sequence[Step],
+    *,
+    store: ReplayStore | None,
+    neighbours: int = 3,
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+) -> list[tuple[Step, ExperienceQuery]]:
+    """One query per real step: its task, its episode's real history, its state and action, and retrieval.
+
+    Steps are grouped by episode and ordered by step index (the history of a
+    step is the steps of its episode before it). Retrieval returns real
+    transitions of the step's site, never its own episode nor a pair of
+    ``exclude_task_seeds``.
+    """
     by_episode: dict[str, list[Step]] = {}
     for step in steps:
         by_episode.setdefault(step.episode_id, []).append(step)
@@ -182,51 +234,83 @@ async def one_step_fidelity(
                 )
             )  # fmt: skip
         task = Task(task_id=step.task_id, instruction=goal, site=step.site)
-        history = tuple((s.observation, s.action) for s in episode[: step.step_index])
+        history = tuple((s.observation, s.action) for s in episode if s.step_index < step.step_index)
         queries.append((step, ExperienceQuery(
             task=task, history=history, observation=step.observation, action=step.action, neighbours=found,
             seed=step.seed,
         )))  # fmt: skip
-    results = {
-        "copy_top_retrieved": summarise("copy_top_retrieved", [_copy_top(step, q) for step, q in queries]),
-        "unchanged": summarise(
-            "unchanged", [score_prediction(step, step.observation.state, 0.0, False) for step, _ in queries]
-        ),
-    }
-    if model is not None:
-        scores, seconds = await _model_scores(model, queries, concurrency)
-        results = {"model": summarise("model", scores, seconds), **results}
-    return results
+    return queries
 
 
-async def _model_scores(
-    model: ExperienceModel, queries: list[tuple[Step, ExperienceQuery]], concurrency: int
-) -> tuple[list[StepScore], float]:
-    scores: list[StepScore] = [FAILED] * len(queries)
+async def predict_steps(
+    model: ExperienceModel, queries: Sequence[tuple[Step, ExperienceQuery]], *, concurrency: int = 8
+) -> tuple[list[Prediction | None], float]:
+    """The model's prediction for each query (``None`` where it gave no usable answer), and the seconds taken.
+
+    Up to ``concurrency`` predictions are in flight at once. ``stop`` always
+    ends the episode, as in :class:`~dreamgym.simulator.SimulatedEnv`.
+    """
+    predictions: list[Prediction | None] = [None] * len(queries)
     limiter = anyio.CapacityLimiter(concurrency)
 
-    async def one(n: int, step: Step, query: ExperienceQuery) -> None:
+    async def one(n: int, query: ExperienceQuery) -> None:
         async with limiter:
             try:
                 prediction = await model.predict(query)
             except (ModelOutputError, BackendError):
                 return
-        terminated = prediction.terminated or step.action.name == "stop"
-        scores[n] = score_prediction(step, prediction.observation.state, prediction.reward, terminated)
+        if query.action.name == "stop" and not prediction.terminated:
+            prediction = replace(prediction, terminated=True)
+        predictions[n] = prediction
 
     started = time.perf_counter()
     async with anyio.create_task_group() as group:
-        for n, (step, query) in enumerate(queries):
-            group.start_soon(one, n, step, query)
-    return scores, time.perf_counter() - started
+        for n, (_, query) in enumerate(queries):
+            group.start_soon(one, n, query)
+    return predictions, time.perf_counter() - started
 
 
-def _copy_top(step: Step, query: ExperienceQuery) -> StepScore:
-    if not query.neighbours:
-        return score_prediction(step, step.observation.state, 0.0, False)
-    top = query.neighbours[0].step
-    state = top.next_observation.state
-    # Replay the neighbour's change onto this page where it applies, else take its page as is.
-    with contextlib.suppress(StateFormatError):
-        state = apply_diff(step.observation.state, diff_states(top.observation.state, state), strict=False).render()
-    return score_prediction(step, state, top.reward, top.terminated)
+def score_step(real: Step, prediction: Prediction | None) -> StepScore:
+    """:func:`score_prediction` of a model's prediction; no prediction scores zero everywhere (``failed``)."""
+    if prediction is None:
+        return FAILED
+    return score_prediction(real, prediction.observation.state, prediction.reward, prediction.terminated)
+
+
+class UnchangedPage:
+    """The "state unchanged" baseline as an experience model: the page stays, reward 0, the episode goes on."""
+
+    model_id = "baseline:unchanged"
+
+    async def predict(self, query: ExperienceQuery) -> Prediction:
+        return Prediction(observation=query.observation, reward=0.0, terminated=False, model_id=self.model_id)
+
+    async def predict_initial(self, task: Task, *, seed: int | None = None) -> Observation:
+        raise ModelOutputError("the unchanged-page baseline cannot write a first page; start from a real one")
+
+
+class CopyTopRetrieved:
+    """The "copy top retrieved next state" baseline as an experience model.
+
+    The nearest retrieved real transition's change is replayed onto the
+    current page where it applies (else its next page is taken as is), with
+    its reward, end and action error. Without neighbours it keeps the page.
+    """
+
+    model_id = "baseline:copy_top_retrieved"
+
+    async def predict(self, query: ExperienceQuery) -> Prediction:
+        if not query.neighbours:
+            return await UnchangedPage().predict(query)
+        top = query.neighbours[0].step
+        state = top.next_observation.state
+        current = query.observation.state
+        with contextlib.suppress(StateFormatError):
+            state = apply_diff(current, diff_states(top.observation.state, state), strict=False).render()
+        observation = msgspec.structs.replace(
+            query.observation, state=state, last_action_error=top.next_observation.last_action_error
+        )
+        return Prediction(observation=observation, reward=top.reward, terminated=top.terminated, model_id=self.model_id)
+
+    async def predict_initial(self, task: Task, *, seed: int | None = None) -> Observation:
+        raise ModelOutputError("the copy-top baseline cannot write a first page; start from a real one")

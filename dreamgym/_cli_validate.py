@@ -1,0 +1,160 @@
+"""``dreamgym validate``: the simulator against real steps, written as ``validation.json`` and ``report.html``.
+
+Which store is which: ``--store`` holds the real steps to validate on
+(collected, or recorded in shadow mode); retrieval reads ``--retrieval``,
+by default the store the model was trained from (its metadata's ``store``)
+when that exists, else ``--store``. ``--model default`` without ``--store``
+validates on the offline default's held-out seeds. Retrieval never returns
+the evaluated episode, a ``--held-out`` pair, or a pair the model's metadata
+lists as held out.
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_validate_command"]
+
+
+def add_validate_command(commands: Any) -> None:
+    """Register ``validate`` on the CLI's subparsers."""
+    parser = commands.add_parser("validate", help="validate the simulator against real steps; writes a report")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="store of real steps to validate on (default with --model default: its held-out seeds)",
+    )
+    parser.add_argument(
+        "--retrieval",
+        type=Path,
+        default=None,
+        help="store retrieval reads (default: the model's training store if it exists, else --store)",
+    )
+    parser.add_argument("--model", default="default", help="trained model directory, or 'default'")
+    parser.add_argument(
+        "--held-out",
+        action="append",
+        default=[],
+        metavar="TASK[:SEED]",
+        help="validate only these pairs and keep them out of retrieval; repeatable",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=0, help="at most this many steps, whole episodes spread over the tasks (0: all)"
+    )
+    parser.add_argument("--open-loop", type=int, default=0, metavar="K", help="drift curve to depth K (0: none)")
+    parser.add_argument("--ablations", action="store_true", help="also without retrieval, history, reasoning")
+    parser.add_argument("--judge-url", default=None, help="OpenAI-compatible /v1 URL of an LLM judge (rubric)")
+    parser.add_argument("--judge-model", default=None, help="the judge's model name")
+    parser.add_argument("--judge-episodes", type=int, default=8, help="episodes the judge scores")
+    parser.add_argument("--concurrency", type=int, default=8, help="predictions in flight at once")
+    parser.add_argument("--out", type=Path, required=True, help="directory for validation.json and report.html")
+    parser.set_defaults(run=_run_validate)  # fmt: skip
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    import logging
+
+    import anyio
+
+    from dreamgym._cli_sim import _hold_outs
+    from dreamgym.core.errors import ConfigError
+    from dreamgym.sim_default import default_model_dir, ensure_held_out
+    from dreamgym.simulator import read_metadata
+    from dreamgym.validate import write_report
+
+    model_dir = default_model_dir() if args.model == "default" else Path(args.model).expanduser()
+    if args.store is None:
+        if args.model != "default":
+            raise ConfigError("--store is required with a model other than 'default': the store of real steps")
+        args.store = anyio.run(ensure_held_out)
+    meta = read_metadata(model_dir)
+    if args.retrieval is None:
+        trained_on = Path(meta.get("store") or args.store).expanduser()
+        args.retrieval = trained_on if (trained_on / "data.mdb").exists() else args.store
+    chosen = _hold_outs(args.held_out)
+    held_out = [*chosen, *((task, seed) for task, seed in meta.get("held_out", []))]
+    if args.judge_url and not args.judge_model:
+        raise ConfigError("--judge-url needs --judge-model, the model name the judge's server serves")
+
+    if not getattr(args, "verbose", False):  # each unusable answer in the open loop would log a line
+        logging.getLogger("dreamgym.simulator").setLevel(logging.WARNING)
+    report = anyio.run(_validate, args, model_dir, meta, chosen, held_out)
+    json_path, html_path = write_report(report, args.out)
+    _print(report)
+    print(f"wrote {json_path} and {html_path}")
+    return 0
+
+
+async def _validate(
+    args: argparse.Namespace,
+    model_dir: Path,
+    meta: dict[str, Any],
+    chosen: list[tuple[str, int | None]],
+    held_out: list[tuple[str, int | None]],
+) -> Any:
+    import anyio
+
+    from dreamgym.cli import _open_store
+    from dreamgym.core.types import Step, decode_record
+    from dreamgym.simulator import OpenAIBackend, load_experience_model
+    from dreamgym.validate import ValidationConfig, ablation_variants, validate
+
+    async with AsyncExitStack() as stack:
+        real = await stack.enter_async_context(_open_store(args.store, readonly=True))
+        retrieval = real
+        if args.retrieval.resolve() != args.store.resolve():
+            retrieval = await stack.enter_async_context(_open_store(args.retrieval, readonly=True))
+        records = await anyio.to_thread.run_sync(lambda: list(real.iter_records("steps")))
+        steps = [decode_record(data, Step) for _, data in records]
+        if chosen:
+            steps = [s for s in steps if any(s.task_id == t and seed in (None, s.seed) for t, seed in chosen)]
+        model = load_experience_model(model_dir)
+        variants = None
+        if args.ablations:
+            variants = ablation_variants(model, trained_with_reasoning=bool(meta.get("trained_with_reasoning")))
+        judge = None
+        if args.judge_url:
+            judge = OpenAIBackend(model=args.judge_model, base_url=args.judge_url)
+            stack.push_async_callback(judge.aclose)
+        config = ValidationConfig(
+            neighbours=max(model.config.template.neighbours, 1),
+            exclude_task_seeds=tuple(held_out),
+            limit=args.limit,
+            open_loop=args.open_loop,
+            concurrency=args.concurrency,
+            judge_episodes=args.judge_episodes,
+        )
+        return await validate(model, steps, store=retrieval, config=config, ablations=variants, judge=judge)
+
+
+def _print(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"one step on {report.steps} real steps ({report.episodes} episodes, {report.tasks} tasks)")
+    columns = ("reward_accuracy", "done_accuracy", "similarity", "f1", "hallucination_rate", "failures")
+    rows = {**report.one_step, **{k: v for k, v in report.ablations.items() if k != "full"}}
+    for column in ("", "n", "reward", "done", "similarity", "F1", "hallucination", "unusable"):
+        table.add_column(column)
+    for name, summary in rows.items():
+        if isinstance(summary, str):
+            table.add_row(name, "n/a", *("" for _ in columns))
+            continue
+        row = summary.as_dict()
+        table.add_row(name, str(summary.n), *(f"{row[c]:.3f}" if c != "failures" else str(row[c]) for c in columns))
+    console.print(table)
+    if report.open_loop:
+        drift = Table(title="open loop: similarity (F1) after k simulated steps")
+        drift.add_column("k")
+        drift.add_column("n")
+        for name in report.open_loop:
+            drift.add_column(name)
+        for k, model_point in enumerate(report.open_loop["model"], 1):
+            cells = [f"{p[k - 1].similarity:.3f} ({p[k - 1].f1:.3f})" for p in report.open_loop.values()]
+            drift.add_row(str(k), str(model_point.n), *cells)
+        console.print(drift)

@@ -1,0 +1,144 @@
+"""Small inline-SVG charts for the report: grouped bars, lines, a 2×2 heat map.
+
+Drawn by hand so the report stays one offline file (no plotting library, no
+script, no fetched asset). Values are fractions in [0, 1] unless a chart says
+otherwise; every bar and point carries a ``<title>`` with its exact value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+
+__all__ = ["COLOURS", "bar_chart", "confusion_chart", "line_chart"]
+
+COLOURS = ("#3366cc", "#dc7633", "#7f8c8d", "#27ae60", "#8e44ad", "#c0392b")
+"""Series colours, in series order (the model first, then the baselines)."""
+
+_FONT = 'font-family="sans-serif" font-size="11"'
+
+
+def _legend_width(names: Sequence[str]) -> int:
+    return sum(7 * len(name) + 30 for name in names)
+
+
+def _legend(names: Sequence[str], x: float, y: float) -> list[str]:
+    parts = []
+    dx = x
+    for n, name in enumerate(names):
+        parts.append(f'<rect x="{dx}" y="{y - 9}" width="10" height="10" fill="{COLOURS[n % len(COLOURS)]}"/>')
+        parts.append(f'<text x="{dx + 14}" y="{y}" {_FONT}>{escape(name)}</text>')
+        dx += 7 * len(name) + 30
+    return parts
+
+
+def _y_axis(left: float, top: float, height: float, width: float) -> list[str]:
+    parts = []
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        y = top + height * (1 - tick)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + width}" y2="{y:.1f}" stroke="#e5e5e5"/>')
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" {_FONT}>{tick:g}</text>')
+    return parts
+
+
+def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequence[float]]) -> str:
+    """Grouped bars: one group per category, one bar per series (values in [0, 1])."""
+    names = list(series)
+    bar, gap = 11, 10
+    group = bar * len(names) + gap
+    left, top, height = 44, 34, 180
+    label_room = min(150, 6 * max((len(c) for c in categories), default=1) + 10)
+    width = max(group * len(categories), _legend_width(names), 300)
+    total_w, total_h = left + width + label_room, top + height + label_room + 10
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{total_h}" role="img">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="{left}" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
+        *_legend(names, left, 28),
+        *_y_axis(left, top, height, width),
+    ]
+    for c, category in enumerate(categories):
+        x0 = left + c * group + gap / 2
+        for s, name in enumerate(names):
+            value = max(0.0, min(1.0, float(series[name][c])))
+            h = height * value
+            x = x0 + s * bar
+            colour = COLOURS[s % len(COLOURS)]
+            parts.append(
+                f'<rect x="{x:.1f}" y="{top + height - h:.1f}" width="{bar - 1}" height="{h:.1f}" fill="{colour}">'
+                f"<title>{escape(category)} · {escape(name)}: {value:.3f}</title></rect>"
+            )
+        cx, cy = x0 + group / 2 - gap / 2, top + height + 8
+        parts.append(
+            f'<text x="{cx:.1f}" y="{cy:.1f}" transform="rotate(40 {cx:.1f} {cy:.1f})" {_FONT}>'
+            f"{escape(category)}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def line_chart(title: str, xs: Sequence[int], series: Mapping[str, Sequence[float]], *, x_label: str = "k") -> str:
+    """Lines over integer x values (values in [0, 1]); a series may be shorter than ``xs``."""
+    names = list(series)
+    left, top, height = 44, 34, 180
+    width = float(max(60 * len(xs), _legend_width(names), 300))
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" height="{top + height + 40}" role="img">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="{left}" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
+        *_legend(names, left, 28),
+        *_y_axis(left, top, height, width),
+    ]
+
+    def px(n: int) -> float:
+        return left + (width * (n + 0.5) / len(xs) if xs else 0)
+
+    for n, x in enumerate(xs):
+        parts.append(f'<text x="{px(n):.1f}" y="{top + height + 16}" text-anchor="middle" {_FONT}>{x}</text>')
+    middle = left + width / 2
+    parts.append(
+        f'<text x="{middle:.1f}" y="{top + height + 32}" text-anchor="middle" {_FONT}>{escape(x_label)}</text>'
+    )
+    for s, name in enumerate(names):
+        colour = COLOURS[s % len(COLOURS)]
+        points = [(px(n), top + height * (1 - max(0.0, min(1.0, v)))) for n, v in enumerate(series[name][: len(xs)])]
+        if len(points) > 1:
+            path = " ".join(f"{cx:.1f},{cy:.1f}" for cx, cy in points)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for (cx, cy), value, k in zip(points, series[name], xs, strict=False):
+            parts.append(
+                f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" fill="{colour}">'
+                f"<title>{escape(name)} at {escape(x_label)}={k}: {value:.3f}</title></circle>"
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def confusion_chart(
+    title: str, cells: Sequence[Sequence[int]], *, rows: str = "real", columns: str = "predicted"
+) -> str:
+    """A 2×2 heat map of counts: ``cells[real][predicted]`` with index 1 for reward 1."""
+    size, left, top = 70, 80, 44
+    peak = max((v for row in cells for v in row), default=0) or 1
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + 2 * size + 20}" height="{top + 2 * size + 16}" '
+        'role="img">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="4" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
+        f'<text x="{left + size}" y="30" text-anchor="middle" {_FONT}>{escape(columns)} 1 · 0</text>',
+    ]
+    for r, real in enumerate((1, 0)):
+        parts.append(f'<text x="{left - 6}" y="{top + r * size + size / 2 + 4}" text-anchor="end" {_FONT}>'
+                     f"{escape(rows)} {real}</text>")  # fmt: skip
+        for c, predicted in enumerate((1, 0)):
+            value = cells[real][predicted]
+            shade = int(245 - 170 * value / peak)
+            fill = f"rgb({shade},{shade},255)" if real == predicted else f"rgb(255,{shade},{shade})"
+            x, y = left + c * size, top + r * size
+            parts.append(
+                f'<rect x="{x}" y="{y}" width="{size - 2}" height="{size - 2}" fill="{fill}">'
+                f"<title>{escape(rows)} {real}, {escape(columns)} {predicted}: {value}</title></rect>"
+                f'<text x="{x + size / 2 - 1}" y="{y + size / 2 + 4}" text-anchor="middle" {_FONT}>{value}</text>'
+            )
+    parts.append("</svg>")
+    return "".join(parts)
