@@ -182,6 +182,7 @@ class LocalPolicy:
         self.turns = ChatTurns(tokenizer)
         self.name = name
         self.digest = digest or model_digest(model)
+        self.version = ""
         self.policy_id = self._policy_id()
         self.system = system_message(self.config.answer_format, list_actions=self.config.list_actions)
         self._head = PromptHead(self.turns.head_ids(self.system))
@@ -197,7 +198,8 @@ class LocalPolicy:
         )
 
     def _policy_id(self) -> str:
-        return f"local:{self.name}@{self.digest[:16]}/{self.config.mode}"
+        version = f"+{self.version}" if self.version else ""
+        return f"local:{self.name}@{self.digest[:16]}{version}/{self.config.mode}"
 
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> LocalPolicy:
@@ -217,6 +219,15 @@ class LocalPolicy:
         kwargs.setdefault("digest", weights_digest(root))
         model = AutoModelForCausalLM.from_pretrained(str(root))
         return cls(model, AutoTokenizer.from_pretrained(str(root)), **kwargs)
+
+    def mark_version(self, version: str) -> None:
+        """Name weights trained in place without re-hashing them: ``policy_id`` gains ``+version``.
+
+        A trainer calls it after each update (``version`` counts updates), which
+        costs nothing where :meth:`refresh_digest` hashes every parameter.
+        """
+        self.version = version
+        self.policy_id = self._policy_id()
 
     def refresh_digest(self) -> None:
         """Re-hash the model's parameters into ``policy_id`` (after the weights were trained in place)."""

@@ -1,0 +1,159 @@
+"""Settings of the trainer: one config, three modes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from dreamgym.core.errors import ConfigError
+from dreamgym.simulator import CurriculumConfig
+
+__all__ = ["LoraSettings", "Mode", "TrainConfig"]
+
+Mode = Literal["synthetic", "mixed", "sim2real"]
+MODES: tuple[Mode, ...] = ("synthetic", "mixed", "sim2real")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoraSettings:
+    """LoRA adapters through PEFT (``TrainConfig.lora=None`` trains every weight)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    """Kept at 0 by default: the policy scores its candidates with the model in training
+    mode between updates, and dropout would make the recorded log-probabilities noise."""
+    target_modules: tuple[str, ...] | str = "all-linear"
+
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha < 1:
+            raise ConfigError(f"LoraSettings.r and alpha must be >= 1, got r={self.r}, alpha={self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"LoraSettings.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainConfig:
+    """How :class:`~dreamgym.trainer.Trainer` trains, evaluates and saves.
+
+    The mode decides each group's side (a group is never mixed):
+
+    - ``synthetic``: every group on the simulator;
+    - ``mixed``: ``real_share`` of the groups of each update real (spread evenly),
+      or ``real_share_schedule`` over updates;
+    - ``sim2real``: ``switch_at`` updates on the simulator, then every group real,
+      continuing from the same weights (the checkpoint of update ``switch_at`` is kept).
+
+    Example:
+        >>> TrainConfig(mode="sim2real", updates=40, switch_at=30, group_size=4, output_dir=Path("runs/a"))
+    """
+
+    mode: Mode
+    updates: int
+    """Policy updates (optimizer steps) in all."""
+    output_dir: Path
+    group_size: int = 4
+    """G: episodes per group, all from one start; advantages are normalised within it."""
+    groups_per_update: int = 2
+    """Groups (tasks) per update: each update trains on ``groups_per_update x group_size`` episodes."""
+    learning_rate: float = 1e-5
+    beta: float = 0.0
+    """KL coefficient against the starting weights (0: no reference model is kept)."""
+    loss_type: str = "grpo"
+    """TRL's GRPO loss variant (``grpo``, ``dapo``, ``dr_grpo``, ``bnpo``, ...)."""
+    epsilon: float = 0.2
+    """PPO-style clipping of the update ratio."""
+    max_grad_norm: float = 1.0
+    lora: LoraSettings | None = field(default_factory=LoraSettings)
+    real_share: float = 0.25
+    """``mixed``: the share of real groups."""
+    real_share_schedule: tuple[tuple[int, float], ...] = ()
+    """``mixed``: ``(from_update, share)`` pairs, in order; overrides ``real_share`` from each
+    listed update on (e.g. ``((0, 0.1), (20, 0.5))``)."""
+    switch_at: int = 0
+    """``sim2real``: updates on the simulator before the switch to real groups."""
+    max_steps: int = 8
+    """Step limit of an episode whose task sets none."""
+    policy_temperature: float = 1.0
+    """Of the policy's softmax over candidate scores; above 0, or every episode of a group is the same."""
+    eval_every: int = 0
+    """Evaluate on the held-out real tasks and seeds every N updates (0: only at the end, if any are given)."""
+    eval_at_start: bool = True
+    """Also evaluate before the first update (the "before" figure)."""
+    save_every: int = 0
+    """Checkpoint every N updates (0: only at the end; sim2real also saves at the switch)."""
+    sim_refit_every: int = 0
+    """Refit the experience model on the grown store every N updates (0: never)."""
+    curriculum: CurriculumConfig | None = None
+    """Vary the highest-variance tasks into new (synthetic-only) ones; ``None`` keeps the task list."""
+    curriculum_every: int = 5
+    """Refresh the task pool from the recorded group rewards every N updates."""
+    seed: int = 0
+    report_to: tuple[str, ...] = ("tensorboard",)
+    """Loggers besides the JSON lines file (``metrics.jsonl``): any of TRL's ``report_to``
+    (``tensorboard``, ``trackio``, ``wandb`` where installed), or ``()``."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"TrainConfig.mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        for name in ("updates", "group_size", "groups_per_update", "max_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ConfigError(
+                f"TrainConfig.group_size must be >= 2, got {self.group_size}: GRPO's advantage is "
+                "relative to the group, and a group of one learns nothing"
+            )
+        for name in ("eval_every", "save_every", "sim_refit_every", "switch_at"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.curriculum_every < 1:
+            raise ConfigError(f"TrainConfig.curriculum_every must be >= 1, got {self.curriculum_every}")
+        if not 0.0 <= self.real_share <= 1.0:
+            raise ConfigError(f"TrainConfig.real_share must be in [0, 1], got {self.real_share}")
+        if self.mode == "sim2real" and not 0 < self.switch_at < self.updates:
+            raise ConfigError(
+                f"TrainConfig.switch_at must be between 1 and updates - 1 ({self.updates - 1}) in sim2real mode, "
+                f"got {self.switch_at}"
+            )
+        if self.mode != "sim2real" and self.switch_at:
+            raise ConfigError("TrainConfig.switch_at applies to sim2real mode only")
+        last = -1
+        for start, share in self.real_share_schedule:
+            if start <= last or not 0.0 <= share <= 1.0:
+                raise ConfigError(
+                    "TrainConfig.real_share_schedule must list (from_update, share) with increasing updates "
+                    f"and shares in [0, 1]; got {self.real_share_schedule}"
+                )
+            last = start
+        if self.real_share_schedule and self.mode != "mixed":
+            raise ConfigError("TrainConfig.real_share_schedule applies to mixed mode only")
+        if not self.policy_temperature > 0:
+            raise ConfigError(
+                f"TrainConfig.policy_temperature must be > 0, got {self.policy_temperature}: "
+                "a greedy policy makes every episode of a group the same"
+            )
+        if self.learning_rate <= 0 or self.beta < 0:
+            raise ConfigError("TrainConfig.learning_rate must be > 0 and beta >= 0")
+
+    def real_share_at(self, update: int) -> float:
+        """The share of real groups in update ``update`` (0-based)."""
+        if self.mode == "synthetic":
+            return 0.0
+        if self.mode == "sim2real":
+            return 0.0 if update < self.switch_at else 1.0
+        share = self.real_share
+        for start, scheduled in self.real_share_schedule:
+            if update >= start:
+                share = scheduled
+        return share
+
+    @property
+    def needs_real(self) -> bool:
+        """Whether any update runs real groups."""
+        return any(self.real_share_at(update) > 0 for update in range(self.updates))
+
+    @property
+    def needs_synthetic(self) -> bool:
+        return any(self.real_share_at(update) < 1 for update in range(self.updates))

@@ -1,0 +1,132 @@
+"""Evaluation of a policy on held-out real tasks and seeds.
+
+One real episode per (task, seed), run through a :class:`~dreamgym.runtime.Runtime`
+(so it is recorded with its provenance in that runtime's store — give
+evaluation its own store, so held-out pages never reach the simulator's
+retrieval or SFT data). Success rates come with their n and a 95% Wilson
+interval: at the sizes a 2-core machine affords (tens of episodes) the
+spread is as large as most effects, and a figure without it misleads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.protocols import Policy
+from dreamgym.core.types import Task
+from dreamgym.runtime import GroupSpec, Runtime
+
+__all__ = ["EvalResult", "TaskScore", "evaluate", "wilson_interval"]
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (95% by default); ``(0, 1)`` for n = 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskScore:
+    """One task's held-out episodes."""
+
+    task_id: str
+    episodes: int
+    successes: int
+    steps: int
+    errors: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalResult:
+    """Success of a policy on held-out real episodes, with its n and spread."""
+
+    episodes: int
+    successes: int
+    steps: int
+    """Real steps the evaluation took (not training data: they are in the evaluation's store)."""
+    errors: int
+    """Episodes an exception ended (counted as failures)."""
+    tasks: tuple[TaskScore, ...] = field(default=())
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95% Wilson interval of the success rate."""
+        return wilson_interval(self.successes, self.episodes)
+
+    @property
+    def mean_steps(self) -> float:
+        return self.steps / self.episodes if self.episodes else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        low, high = self.interval
+        return {
+            "episodes": self.episodes,
+            "successes": self.successes,
+            "success_rate": self.success_rate,
+            "success_ci95": [low, high],
+            "steps": self.steps,
+            "mean_steps": self.mean_steps,
+            "errors": self.errors,
+            "tasks": [asdict(task) for task in self.tasks],
+        }
+
+
+async def evaluate(
+    runtime: Runtime,
+    tasks: Sequence[Task],
+    seeds: Sequence[int],
+    *,
+    policy: Policy | None = None,
+    label: str = "eval",
+) -> EvalResult:
+    """Play one real episode per (task, seed) with ``policy`` (the runtime's by default).
+
+    Generated (curriculum) tasks never enter evaluation: a task with a
+    ``parent_task_id`` is a :class:`ConfigError`.
+    """
+    if not tasks or not seeds:
+        raise ConfigError("evaluation needs at least one task and one seed")
+    for task in tasks:
+        if task.parent_task_id:
+            raise ConfigError(
+                f"task {task.task_id!r} was generated from {task.parent_task_id!r}; "
+                "generated tasks exist only on the synthetic side and are never evaluated"
+            )
+    specs = [
+        GroupSpec(task=task, size=1, seed=seed, source="real", group_id=f"{label}/{task.task_id}/{seed}", policy=policy)
+        for task in tasks
+        for seed in seeds
+    ]
+    results = await runtime.run_groups(specs)
+    by_task: dict[str, list[tuple[bool, int, bool]]] = {}
+    for result in results:
+        rows = by_task.setdefault(result.task.task_id, [])
+        rows.extend((episode.success, episode.num_steps, bool(episode.error)) for episode in result.episodes)
+    scores = tuple(
+        TaskScore(
+            task_id=task_id,
+            episodes=len(rows),
+            successes=sum(1 for ok, _, _ in rows if ok),
+            steps=sum(n for _, n, _ in rows),
+            errors=sum(1 for _, _, failed in rows if failed),
+        )
+        for task_id, rows in by_task.items()
+    )
+    return EvalResult(
+        episodes=sum(s.episodes for s in scores),
+        successes=sum(s.successes for s in scores),
+        steps=sum(s.steps for s in scores),
+        errors=sum(s.errors for s in scores),
+        tasks=scores,
+    )

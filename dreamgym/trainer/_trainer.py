@@ -1,0 +1,607 @@
+"""Multi-turn GRPO through TRL, on synthetic, mixed or real groups of episodes.
+
+How one update runs. TRL's ``GRPOTrainer`` asks its ``rollout_func`` for
+``groups_per_update x group_size`` completions (the prompts arrive repeated
+G times; TRL 1.16). The trainer's rollout function ignores the prompt text
+(the dataset only counts groups), draws ``groups_per_update`` tasks from its
+:class:`~dreamgym.simulator.TaskPool`, decides each group's side from the
+mode, and runs the groups through the runtime's portal: G episodes per
+group, one start each. Each episode comes back as one TRL sample: the first
+prompt, then a completion that interleaves the policy's ids (trained) with
+the environment's answers (``env_mask`` 0, never trained), the policy's
+recorded log-probabilities, and the episode's outcome reward. TRL normalises
+the rewards within each group and steps the optimizer.
+
+A group is dropped — its rewards reported as ``None``, which TRL turns into
+zero advantage and leaves out of the group baseline — and counted when its
+episodes did not start from one observation (a live site that does not
+reset) or when one of them ended without a token record (an exception
+before the first action).
+
+The trainer's own state (counters, the task pool's generated tasks, the
+share of real groups carried between updates) is saved beside TRL's
+checkpoint as ``dreamgym_trainer.json``; ``Trainer.train`` resumes from the
+latest checkpoint in ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from transformers import TrainerCallback
+
+from dreamgym.agents import LocalPolicy, episode_sequence, link_turns
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.protocols import Policy
+from dreamgym.core.types import Source, Task
+from dreamgym.runtime import GroupResult, GroupSpec, Runtime, RuntimePortal
+from dreamgym.simulator import TaskPool
+from dreamgym.trainer._config import TrainConfig
+from dreamgym.trainer._evaluate import EvalResult, evaluate
+from dreamgym.trainer._sides import OpenSides, Sides
+
+__all__ = ["TrainResult", "Trainer", "TrainerState", "latest_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "dreamgym_trainer.json"
+METRICS_FILE = "metrics.jsonl"
+REWARD_FIELD = "dreamgym_reward"
+
+
+@dataclass(slots=True)
+class TrainerState:
+    """What the trainer counts and carries across updates; saved with each checkpoint."""
+
+    update: int = 0
+    real_steps: int = 0
+    """Real transitions consumed by training so far (evaluation's are counted apart)."""
+    synthetic_steps: int = 0
+    real_groups: int = 0
+    synthetic_groups: int = 0
+    dropped_groups: int = 0
+    """Groups left out of learning: mismatched starts or an episode without a token record."""
+    eval_real_steps: int = 0
+    real_credit: float = 0.0
+    """The fraction of a real group carried to the next update (real groups spread evenly)."""
+    model_calls: int = 0
+    """Experience-model predictions made by training's synthetic steps (one per synthetic step)."""
+    generated_tasks: list[dict[str, Any]] = field(default_factory=list)
+    experience_model_id: str = ""
+    switched_at: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainerState:
+        known = set(cls.__slots__)
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainResult:
+    """What a run did: its counters, its evaluations (update -> result) and where it saved."""
+
+    state: TrainerState
+    evaluations: tuple[tuple[int, EvalResult], ...]
+    final_dir: Path
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.state.as_dict(),
+            "evaluations": [{"update": update, **result.as_dict()} for update, result in self.evaluations],
+            "final_dir": str(self.final_dir),
+            "seconds": self.seconds,
+        }
+
+
+def _outcome_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """The episode's outcome reward, as the rollout reported it (``None`` for a dropped group)."""
+    rewards: list[float | None] = kwargs[REWARD_FIELD]
+    return rewards
+
+
+_outcome_reward.__name__ = "outcome_reward"
+
+
+class Trainer:
+    """Trains a token-recording policy with GRPO on synthetic, mixed or real groups.
+
+    Args:
+        config: Mode, sizes, optimiser, schedule, evaluation and checkpoints.
+        policy: The policy to train. Only a policy that returns token records
+            (:class:`~dreamgym.agents.LocalPolicy`) can be trained; its model is
+            trained in place (through LoRA adapters unless ``config.lora`` is ``None``).
+        tasks: The real tasks to train on (the curriculum adds synthetic-only variants).
+        open_sides: Opens the run's store and environments in the trainer's event loop.
+        train_seeds: Seeds the groups start from.
+        eval_tasks: Held-out real tasks to evaluate on (``tasks`` when empty).
+        eval_seeds: Held-out seeds; none of them may be a training seed.
+        eval_temperature: The policy's temperature when evaluated (0: its best candidate).
+
+    Example:
+        >>> trainer = Trainer(TrainConfig(mode="synthetic", updates=20, output_dir=Path("runs/a")),
+        ...                   policy=LocalPolicy.load(path), tasks=tasks, open_sides=open_sides,
+        ...                   train_seeds=range(0, 100), eval_seeds=range(1000, 1010))
+        >>> result = trainer.train()
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        policy: Policy,
+        tasks: Sequence[Task],
+        open_sides: OpenSides,
+        train_seeds: Sequence[int],
+        eval_tasks: Sequence[Task] = (),
+        eval_seeds: Sequence[int] = (),
+        eval_temperature: float = 0.0,
+    ) -> None:
+        if not isinstance(policy, LocalPolicy):
+            raise ConfigError(
+                f"only a policy that returns token records can be trained; {policy.policy_id!r} "
+                f"({type(policy).__name__}) does not. Use dreamgym.agents.LocalPolicy"
+            )
+        if not tasks:
+            raise ConfigError("the trainer needs at least one task")
+        if not train_seeds:
+            raise ConfigError("the trainer needs at least one training seed")
+        overlap = set(train_seeds) & set(eval_seeds)
+        if overlap:
+            raise ConfigError(f"evaluation seeds must be held out; these are also training seeds: {sorted(overlap)}")
+        if any(task.parent_task_id for task in (*tasks, *eval_tasks)):
+            raise ConfigError("give the trainer real tasks only; the curriculum generates its own variants")
+        self.config = config
+        self.policy = policy
+        self.pool = TaskPool(tasks, config=config.curriculum)
+        self.open_sides = open_sides
+        self.train_seeds = tuple(train_seeds)
+        self.eval_tasks = tuple(eval_tasks or tasks)
+        self.eval_seeds = tuple(eval_seeds)
+        self.eval_temperature = eval_temperature
+        self.state = TrainerState()
+        self.evaluations: list[tuple[int, EvalResult]] = []
+        self.last_rollout: dict[str, list[Any]] = {}
+        """The last rollout's TRL output (ids, logprobs, masks, rewards): for checks and tests."""
+        self.grpo: Any = None
+        """TRL's ``GRPOTrainer``, once :meth:`train` has built it."""
+        self._portal: RuntimePortal | None = None
+        self._sides: Sides | None = None
+        self._eval_policy: LocalPolicy | None = None
+        self._torch_limiter = anyio.CapacityLimiter(1)
+        self._metrics_path = config.output_dir / METRICS_FILE
+        self._writer: Any = None
+
+    # ------------------------------------------------------------------ running
+
+    def train(self, *, resume: bool = True) -> TrainResult:
+        """Run ``config.updates`` updates (fewer when resuming), evaluating and saving as configured.
+
+        Resumes from the latest ``checkpoint-N`` in ``output_dir`` when
+        ``resume`` is true and there is one.
+        """
+        started = time.perf_counter()
+        self.config.output_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = latest_checkpoint(self.config.output_dir) if resume else None
+        if checkpoint is not None:
+            self._load_state(checkpoint)
+            log.info("resuming from %s (update %d)", checkpoint, self.state.update)
+        self.grpo = self._build_grpo()
+        self.policy.model = self.grpo.model
+        self.policy.mark_version(self._version())
+        self._eval_policy = LocalPolicy(
+            self.grpo.model,
+            self.policy.tokenizer,
+            name=self.policy.name,
+            digest=self.policy.digest,
+            config=replace(self.policy.config, temperature=self.eval_temperature),
+            limiter=self._torch_limiter,
+        )
+        with RuntimePortal(self._open_runtime) as portal:
+            self._portal = portal
+            try:
+                if self.eval_seeds and self.config.eval_at_start and checkpoint is None:
+                    self._evaluate()
+                self.grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+                final_dir = self.config.output_dir / "final"
+                self.grpo.save_model(str(final_dir))
+                self._write_state(final_dir)
+                already = bool(self.evaluations) and self.evaluations[-1][0] == self.state.update
+                if self.eval_seeds and not already:
+                    self._evaluate()
+            finally:
+                self._portal = None
+                if self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
+        return TrainResult(
+            state=self.state,
+            evaluations=tuple(self.evaluations),
+            final_dir=final_dir,
+            seconds=time.perf_counter() - started,
+        )
+
+    def _build_grpo(self) -> Any:
+        from datasets import Dataset
+        from peft import LoraConfig
+        from trl.trainer.grpo_config import GRPOConfig
+        from trl.trainer.grpo_trainer import GRPOTrainer
+
+        # rollout_func is experimental in TRL 1.16 (hence the pinned version and the contract
+        # test in tests/trainer); we use it knowingly, so its warning is silenced
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        config = self.config
+        batch = config.groups_per_update * config.group_size
+        args = GRPOConfig(
+            output_dir=str(config.output_dir),
+            max_steps=config.updates,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=1,
+            num_generations=config.group_size,
+            steps_per_generation=1,
+            num_iterations=1,
+            learning_rate=config.learning_rate,
+            lr_scheduler_type="constant",
+            beta=config.beta,
+            loss_type=config.loss_type,
+            epsilon=config.epsilon,
+            max_grad_norm=config.max_grad_norm,
+            scale_rewards="group",
+            logging_steps=1,
+            save_strategy="steps" if config.save_every else "no",
+            save_steps=config.save_every or config.updates,
+            report_to=list(config.report_to),
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=False,
+            disable_dropout=True,
+            seed=config.seed,
+            data_seed=config.seed,
+            shuffle_dataset=False,
+            remove_unused_columns=False,
+            dataloader_num_workers=0,
+            log_completions=False,
+        )
+        # The dataset only counts groups: the rollout function picks each group's task from the pool.
+        dataset = Dataset.from_dict({"prompt": [f"group {n}" for n in range(config.groups_per_update)]})
+        peft_config = None
+        if config.lora is not None:
+            target: Any = config.lora.target_modules
+            peft_config = LoraConfig(
+                r=config.lora.r,
+                lora_alpha=config.lora.alpha,
+                lora_dropout=config.lora.dropout,
+                target_modules=list(target) if isinstance(target, tuple) else target,
+                task_type="CAUSAL_LM",
+            )
+        return GRPOTrainer(
+            model=self.policy.model,
+            processing_class=self.policy.tokenizer,
+            reward_funcs=[_outcome_reward],
+            args=args,
+            train_dataset=dataset,
+            peft_config=peft_config,
+            rollout_func=self._rollout,
+            callbacks=[_Callback(self)],
+        )
+
+    @asynccontextmanager
+    async def _open_runtime(self) -> AsyncIterator[Runtime]:
+        async with self.open_sides(self._torch_limiter) as sides:
+            self._check_sides(sides)
+            self._sides = sides
+            if sides.slot is not None:
+                self.state.experience_model_id = sides.slot.model_id
+            async with Runtime(
+                policy=self.policy,
+                store=sides.store,
+                config=sides.runtime_config,
+                real_env=sides.real_env,
+                synthetic_env=sides.synthetic_env,
+                reset_hook=sides.reset_hook,
+                torch_limiter=self._torch_limiter,
+            ) as runtime:
+                yield runtime
+
+    def _check_sides(self, sides: Sides) -> None:
+        config = self.config
+        if (config.needs_real or self.eval_seeds) and sides.real_env is None:
+            raise ConfigError(f"mode {config.mode!r} (or evaluation) needs real environments: set Sides.real_env")
+        if config.needs_synthetic and sides.synthetic_env is None:
+            raise ConfigError(f"mode {config.mode!r} needs the simulator: set Sides.synthetic_env")
+        if self.eval_seeds and sides.eval_store is None:
+            raise ConfigError("evaluation needs its own store (Sides.eval_store), apart from the training store")
+        if config.sim_refit_every and (sides.slot is None or not sides.slot.can_refit):
+            raise ConfigError("sim_refit_every needs Sides.slot: a ModelSlot with a refit function (sft_refit)")
+        if config.curriculum is not None and sides.curriculum_backend is None:
+            raise ConfigError("the curriculum needs Sides.curriculum_backend to propose task variations")
+
+    # ------------------------------------------------------------------ one update's rollouts
+
+    def _rollout(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """TRL's ``rollout_func``: one episode per prompt entry, G consecutive entries per group."""
+        size = self.config.group_size
+        if len(prompts) % size:
+            raise ConfigError(f"TRL asked for {len(prompts)} completions, not a multiple of the group size {size}")
+        portal = self._require_portal()
+        groups = len(prompts) // size
+        update = self.state.update
+        rng = random.Random(f"{self.config.seed}/{update}")
+        tasks = self.pool.sample_batch(groups, rng)
+        sources = self._sources(tasks, self.config.real_share_at(update))
+        specs = [
+            GroupSpec(
+                task=task,
+                size=size,
+                seed=rng.choice(self.train_seeds),
+                source=source,
+                group_id=f"train/u{update}/g{index}",
+            )
+            for index, (task, source) in enumerate(zip(tasks, sources, strict=True))
+        ]
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            results = portal.run_groups(specs)
+        finally:
+            model.train(was_training)
+        output = self._to_trl(results, size)
+        self.last_rollout = output
+        return output
+
+    def _sources(self, tasks: Sequence[Task], share: float) -> list[Source]:
+        """Each group's side: ``share`` of them real, spread evenly and carried across updates.
+
+        Generated tasks exist only on the synthetic side: they never take a real slot.
+        """
+        sources: list[Source] = []
+        for task in tasks:
+            if task.parent_task_id:
+                sources.append("synthetic")
+                continue
+            self.state.real_credit += share
+            if self.state.real_credit >= 1 - 1e-9:
+                self.state.real_credit -= 1
+                sources.append("real")
+            else:
+                sources.append("synthetic")
+        return sources
+
+    def _to_trl(self, results: list[GroupResult], size: int) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {
+            "prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], REWARD_FIELD: []
+        }  # fmt: skip
+        eos = self.policy.turns.eos_id
+        for result in results:
+            rollouts = list(result.rollouts)
+            records = [[s.policy_tokens for s in r.steps if s.policy_tokens is not None] for r in rollouts]
+            complete = len(rollouts) == size and all(records)
+            keep = result.consistent and complete
+            if not keep:
+                self.state.dropped_groups += 1
+                why = "different first pages" if not result.consistent else "an episode without a token record"
+                log.warning("group %s (%s) dropped: %s", result.group_id, result.task.task_id, why)
+            steps = sum(len(r.steps) for r in rollouts)
+            if result.source == "real":
+                self.state.real_groups += 1
+                self.state.real_steps += steps
+            else:
+                self.state.synthetic_groups += 1
+                self.state.synthetic_steps += steps
+                self.state.model_calls += steps
+            if keep:
+                self.pool.record_group(result.task.task_id, result.rewards)
+            for n in range(size):
+                if n < len(rollouts) and records[n]:
+                    sequence = episode_sequence(link_turns(records[n]))
+                    out["prompt_ids"].append(list(sequence.prompt_ids))
+                    out["completion_ids"].append(list(sequence.completion_ids))
+                    out["logprobs"].append(list(sequence.logprobs))
+                    out["env_mask"].append(list(sequence.env_mask))
+                else:  # nothing to train on: one masked end-of-turn keeps TRL's shapes
+                    out["prompt_ids"].append([eos])
+                    out["completion_ids"].append([eos])
+                    out["logprobs"].append([0.0])
+                    out["env_mask"].append([0])
+                reward = rollouts[n].episode.total_reward if keep else None
+                out[REWARD_FIELD].append(reward)
+        return out
+
+    # ------------------------------------------------------------------ between updates
+
+    def _after_update(self, update: int) -> tuple[bool, bool]:
+        """Run what the schedule asks after update ``update``; returns (save now, stop now)."""
+        self.state.update = update
+        self.policy.mark_version(self._version())
+        config = self.config
+        save = False
+        if config.mode == "sim2real" and update == config.switch_at:
+            self.state.switched_at = update
+            save = True
+            log.info("sim2real: %d synthetic updates done; real groups from now on", update)
+        if config.sim_refit_every and update % config.sim_refit_every == 0 and update < config.updates:
+            self._refit()
+        if config.curriculum is not None and update % config.curriculum_every == 0 and update < config.updates:
+            self._refresh_curriculum()
+        if config.eval_every and self.eval_seeds and update % config.eval_every == 0:
+            self._evaluate()
+        return save, False
+
+    def _version(self) -> str:
+        return f"{self.config.output_dir.name}:u{self.state.update}"
+
+    def _evaluate(self) -> EvalResult:
+        portal = self._require_portal()
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            result = portal.call(self._evaluate_async)
+        finally:
+            model.train(was_training)
+        self.state.eval_real_steps += result.steps
+        self.evaluations.append((self.state.update, result))
+        low, high = result.interval
+        self._log_metrics(
+            {
+                "eval/success_rate": result.success_rate,
+                "eval/success_ci95_low": low,
+                "eval/success_ci95_high": high,
+                "eval/episodes": result.episodes,
+                "eval/mean_steps": result.mean_steps,
+                "eval/errors": result.errors,
+            },
+            kind="eval",
+        )
+        log.info(
+            "update %d: held-out success %.3f (%d/%d, 95%% CI %.2f-%.2f); %d real transitions used by training",
+            self.state.update, result.success_rate, result.successes, result.episodes, low, high,
+            self.state.real_steps,
+        )  # fmt: skip
+        return result
+
+    async def _evaluate_async(self) -> EvalResult:
+        sides = self._sides
+        if sides is None or sides.eval_store is None or sides.real_env is None or self._eval_policy is None:
+            raise ConfigError("evaluation needs Sides.eval_store and Sides.real_env")
+        self._eval_policy.mark_version(self._version())
+        async with Runtime(
+            policy=self._eval_policy,
+            store=sides.eval_store,
+            config=sides.runtime_config,
+            real_env=sides.real_env,
+            reset_hook=sides.reset_hook,
+            torch_limiter=self._torch_limiter,
+        ) as runtime:
+            return await evaluate(runtime, self.eval_tasks, self.eval_seeds, label=f"eval/u{self.state.update}")
+
+    def _refit(self) -> None:
+        sides = self._sides
+        if sides is None or sides.slot is None:
+            return
+        slot, store = sides.slot, sides.store
+        started = time.perf_counter()
+        model_id = self._require_portal().call(slot.refit, store)
+        self.state.experience_model_id = model_id
+        self._log_metrics({"sim/refits": slot.refits, "sim/refit_seconds": time.perf_counter() - started}, kind="sim")
+        log.info("update %d: experience model refit on the grown store -> %s", self.state.update, model_id)
+
+    def _refresh_curriculum(self) -> None:
+        sides = self._sides
+        if sides is None or sides.curriculum_backend is None:
+            return
+        backend, store = sides.curriculum_backend, sides.store
+        config = self.config.curriculum
+
+        async def refresh() -> list[Task]:
+            return await self.pool.refresh(backend, config, store=store)
+
+        added = self._require_portal().call(refresh)
+        self.state.generated_tasks.extend(msgspec.to_builtins(task) for task in added)
+        self._log_metrics(
+            {"curriculum/added": len(added), "curriculum/generated": len(self.pool.generated_tasks())},
+            kind="curriculum",
+        )
+
+    # ------------------------------------------------------------------ state and metrics
+
+    def _counters(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "update": state.update,
+            "real_transitions": state.real_steps,
+            "synthetic_transitions": state.synthetic_steps,
+            "real_groups": state.real_groups,
+            "synthetic_groups": state.synthetic_groups,
+            "dropped_groups": state.dropped_groups,
+            "eval_real_transitions": state.eval_real_steps,
+            "policy_id": self.policy.policy_id,
+            "experience_model_id": state.experience_model_id,
+        }
+
+    def _log_metrics(self, metrics: dict[str, Any], *, kind: str) -> None:
+        record = {"kind": kind, "time": time.time(), **self._counters(), **metrics}
+        with self._metrics_path.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+        if kind != "train":
+            self._tensorboard(metrics)
+
+    def _tensorboard(self, metrics: dict[str, Any]) -> None:
+        """Evaluation, refit and curriculum figures (TRL's own logger writes the training ones)."""
+        if "tensorboard" not in self.config.report_to:
+            return
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.config.output_dir / "runs" / "dreamgym"))
+        for name, value in metrics.items():
+            if isinstance(value, int | float) and math.isfinite(value):
+                self._writer.add_scalar(name, value, self.state.update)
+        self._writer.flush()
+
+    def _write_state(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.state.generated_tasks = [msgspec.to_builtins(task) for task in self.pool.generated_tasks()]
+        (directory / STATE_FILE).write_text(json.dumps(self.state.as_dict(), indent=1))
+
+    def _load_state(self, checkpoint: Path) -> None:
+        path = checkpoint / STATE_FILE
+        if not path.exists():
+            raise ConfigError(f"{checkpoint} has no {STATE_FILE}; it was not written by dreamgym's trainer")
+        self.state = TrainerState.from_dict(json.loads(path.read_text()))
+        generated = [msgspec.convert(task, Task) for task in self.state.generated_tasks]
+        self.pool.add_tasks(generated)
+
+    def _require_portal(self) -> RuntimePortal:
+        if self._portal is None:
+            raise ConfigError("the trainer's runtime is not running; call Trainer.train()")
+        return self._portal
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The ``checkpoint-N`` with the largest N that holds the trainer's state, or ``None``."""
+    found = []
+    for path in output_dir.glob("checkpoint-*"):
+        suffix = path.name.removeprefix("checkpoint-")
+        if suffix.isdigit() and (path / STATE_FILE).exists():
+            found.append((int(suffix), path))
+    return max(found)[1] if found else None
+
+
+class _Callback(TrainerCallback):
+    """Ties TRL's loop to the trainer: the schedule after each update, the state at each save, the logs."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        save, _ = self.trainer._after_update(state.global_step)
+        if save:
+            control.should_save = True
+        return control
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.trainer._write_state(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+        return control
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        if logs:
+            self.trainer._log_metrics({f"train/{k}": v for k, v in logs.items()}, kind="train")
+        return control

@@ -1,0 +1,282 @@
+"""The trainer with a tiny real policy on the toy form: each mode, masking, logprobs, drops, sim2real, resume."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import torch
+from runtime_helpers import TASK, Counts, ToyBackend, ToyFormEnv, ToyPolicy, open_store, page, simulator
+
+from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+from dreamgym.core import ConfigError, Episode, Observation, Step, Task, decode_record
+from dreamgym.runtime import RuntimeConfig
+from dreamgym.trainer import Sides, TrainConfig, Trainer, latest_checkpoint
+
+pytestmark = pytest.mark.timeout(180)
+
+TRAIN_SEEDS = (0, 1, 2, 3)
+EVAL_SEEDS = (100, 101)
+
+
+class DriftingFormEnv(ToyFormEnv):
+    """A live site that does not reset: every reset shows a visit counter one higher."""
+
+    visits = 0
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        await super().reset(task, seed=seed)
+        DriftingFormEnv.visits += 1
+        first = page(seed)
+        return Observation(state=first.state + f"\n[e9] generic: visit {self.visits}", goal=first.goal)
+
+
+def make_policy(toy_chat: tuple[Any, Any]) -> LocalPolicy:
+    model, tokenizer = toy_chat
+    return LocalPolicy(copy.deepcopy(model), tokenizer, config=LocalPolicyConfig(temperature=1.0, seed=0))
+
+
+def sides_opener(
+    root: Path, *, real: Callable[[], Any] | None = None, evaluation: bool = False
+) -> Callable[[anyio.CapacityLimiter], Any]:
+    counts = Counts()
+
+    @asynccontextmanager
+    async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
+        async with open_store(root / "store") as store, open_store(root / "eval-store") as eval_store:
+            backend = ToyBackend()
+            yield Sides(
+                store=store,
+                real_env=real or (lambda: ToyFormEnv(counts)),
+                synthetic_env=lambda: simulator(backend),
+                eval_store=eval_store if evaluation else None,
+                runtime_config=RuntimeConfig(max_steps=4, real_concurrency=2),
+            )
+
+    return open_sides
+
+
+def make_trainer(toy_chat: tuple[Any, Any], root: Path, **settings: Any) -> Trainer:
+    opener = settings.pop("open_sides", None)
+    evaluation = settings.pop("evaluation", False)
+    config = TrainConfig(
+        output_dir=root / "run",
+        updates=settings.pop("updates", 1),
+        group_size=settings.pop("group_size", 2),
+        groups_per_update=settings.pop("groups_per_update", 2),
+        learning_rate=settings.pop("learning_rate", 1e-3),
+        report_to=(),
+        **settings,
+    )
+    return Trainer(
+        config,
+        policy=make_policy(toy_chat),
+        tasks=[TASK],
+        open_sides=opener or sides_opener(root, evaluation=evaluation),
+        train_seeds=TRAIN_SEEDS,
+        eval_seeds=EVAL_SEEDS if evaluation else (),
+    )
+
+
+async def stored(path: Path) -> tuple[list[Episode], list[Step]]:
+    async with open_store(path) as store:
+        episodes = [decode_record(data, Episode) for _, data in store.iter_records("episodes")]
+        steps = [decode_record(data, Step) for _, data in store.iter_records("steps")]
+    return episodes, steps
+
+
+def test_config_refuses_what_cannot_train() -> None:
+    out = Path("unused")
+    with pytest.raises(ConfigError, match="group of one learns nothing"):
+        TrainConfig(mode="synthetic", updates=1, group_size=1, output_dir=out)
+    with pytest.raises(ConfigError, match="switch_at"):
+        TrainConfig(mode="sim2real", updates=4, output_dir=out)
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        TrainConfig(mode="ppo", updates=4, output_dir=out)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="greedy"):
+        TrainConfig(mode="mixed", updates=4, policy_temperature=0, output_dir=out)
+    mixed = TrainConfig(mode="mixed", updates=30, real_share_schedule=((0, 0.1), (20, 0.5)), output_dir=out)
+    assert [mixed.real_share_at(u) for u in (0, 19, 20, 29)] == [0.1, 0.1, 0.5, 0.5]
+    sim2real = TrainConfig(mode="sim2real", updates=10, switch_at=7, output_dir=out)
+    assert [sim2real.real_share_at(u) for u in (0, 6, 7, 9)] == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_only_a_token_recording_policy_trains(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    config = TrainConfig(mode="synthetic", updates=1, output_dir=tmp_path)
+    with pytest.raises(ConfigError, match="only a policy that returns token records can be trained"):
+        Trainer(config, policy=ToyPolicy(), tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0])
+    policy = make_policy(toy_chat)
+    with pytest.raises(ConfigError, match="held out"):
+        Trainer(config, policy=policy, tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0], eval_seeds=[0])
+
+
+def trl_logprobs(trainer: Trainer, rollout: dict[str, list[Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """What TRL computes for the rollout (padded as TRL pads it), under the weights the rollout saw."""
+    from trl.trainer.utils import pad
+
+    grpo = trainer.grpo
+    pad_id = trainer.policy.tokenizer.pad_token_id or 0
+    prompts = pad([torch.tensor(p) for p in rollout["prompt_ids"]], padding_value=pad_id, padding_side="left")
+    prompt_mask = pad([torch.ones(len(p), dtype=torch.long) for p in rollout["prompt_ids"]], padding_side="left")
+    completions = pad([torch.tensor(c) for c in rollout["completion_ids"]], padding_value=pad_id)
+    completion_mask = pad([torch.ones(len(c), dtype=torch.long) for c in rollout["completion_ids"]])
+    ids = torch.cat([prompts, completions], dim=1)
+    attention = torch.cat([prompt_mask, completion_mask], dim=1)
+    with torch.no_grad(), grpo.model.disable_adapter():  # LoRA starts at zero: the weights before the update
+        logps, _, _ = grpo._get_per_token_logps_and_entropies(grpo.model, ids, attention, completions.size(1), 8)
+    recorded = pad([torch.tensor(lp) for lp in rollout["logprobs"]], padding_value=0.0)
+    mask = pad([torch.tensor(m) for m in rollout["env_mask"]], padding_value=0)
+    return (logps - recorded).abs() * mask, mask
+
+
+def test_synthetic_update_trains_on_policy_tokens_only(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    trainer = make_trainer(toy_chat, tmp_path, mode="synthetic")
+    before = {name: p.detach().clone() for name, p in trainer.policy.model.named_parameters()}
+    result = trainer.train()
+
+    state = result.state
+    assert (state.update, state.synthetic_groups, state.real_groups, state.real_steps) == (1, 2, 0, 0)
+    assert state.synthetic_steps > 0 and state.dropped_groups == 0
+    # the LoRA adapters moved; the base weights did not
+    after = dict(trainer.grpo.model.named_parameters())
+    moved = [name for name, p in after.items() if "lora_" in name and name.replace(".default", "") not in before]
+    assert any(not torch.equal(after[name], torch.zeros_like(after[name])) for name in moved if "lora_B" in name)
+
+    # every episode's steps, in the store, rebuild the TRL sample: env_mask is 1 exactly on the actions' ids
+    rollout = trainer.last_rollout
+    assert len(rollout["completion_ids"]) == 4 and all(r is not None for r in rollout["dreamgym_reward"])
+    episodes, steps = anyio.run(stored, tmp_path / "store")
+    by_episode = {e.episode_id: [s for s in steps if s.episode_id == e.episode_id] for e in episodes}
+    action_ids = sorted([list(s.policy_tokens.action_ids) for s in ep_steps] for ep_steps in by_episode.values())
+    from_mask = sorted(
+        _runs(completion, mask) for completion, mask in zip(rollout["completion_ids"], rollout["env_mask"], strict=True)
+    )
+    assert action_ids == from_mask
+    assert any(0 in mask for mask in rollout["env_mask"])  # multi-step episodes carry the page between actions
+    for mask, logprobs in zip(rollout["env_mask"], rollout["logprobs"], strict=True):
+        assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)
+
+    # TRL's recomputation of the recorded logprobs, on the rollout's weights
+    difference, mask = trl_logprobs(trainer, rollout)
+    assert mask.sum() > 0 and float(difference.max()) < 1e-3
+
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(line["kind"] == "train" and "train/loss" in line for line in lines)
+    assert (result.final_dir / "adapter_config.json").exists()
+    assert trainer.policy.policy_id.endswith("+run:u1/choose")
+
+
+def _runs(completion: list[int], mask: list[int]) -> list[list[int]]:
+    """The policy's ids, cut into one list per action (each run of mask 1)."""
+    runs: list[list[int]] = []
+    previous = 0
+    for token, bit in zip(completion, mask, strict=True):
+        if bit and not previous:
+            runs.append([])
+        if bit:
+            runs[-1].append(token)
+        previous = bit
+    return runs
+
+
+def test_env_tokens_reach_trl_masked(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    """What TRL trains on: its loss mask is zero on every environment token of a multi-step episode."""
+    trainer = make_trainer(toy_chat, tmp_path, mode="synthetic")
+    trainer.train()
+    grpo = trainer.grpo
+    seen: dict[str, Any] = {}
+    original = grpo._compute_loss
+
+    def spy(model: Any, inputs: dict[str, Any]) -> Any:
+        seen.update(inputs)
+        return original(model, inputs)
+
+    grpo._compute_loss = spy
+    rollout = trainer.last_rollout
+    with trainer_portal(trainer):
+        grpo.model.train()
+        inputs = grpo._generate_and_score_completions([{"prompt": "group 0"}] * 2 + [{"prompt": "group 1"}] * 2)
+        grpo.compute_loss(grpo.model, inputs)
+    rollout = trainer.last_rollout
+    tool_mask = seen["tool_mask"]
+    for row, mask in enumerate(rollout["env_mask"]):
+        assert tool_mask[row, : len(mask)].tolist() == mask
+    assert int((seen["completion_mask"] * tool_mask).sum()) == sum(sum(m) for m in rollout["env_mask"])
+
+
+def trainer_portal(trainer: Trainer) -> Any:
+    """Reopen the trainer's runtime after ``train`` (for driving TRL's methods by hand)."""
+    from contextlib import contextmanager
+
+    from dreamgym.runtime import RuntimePortal
+
+    @contextmanager
+    def opened() -> Any:
+        with RuntimePortal(trainer._open_runtime) as portal:
+            trainer._portal = portal
+            try:
+                yield portal
+            finally:
+                trainer._portal = None
+
+    return opened()
+
+
+def test_group_with_different_first_pages_is_dropped(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    opener = sides_opener(tmp_path, real=DriftingFormEnv)
+    trainer = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, open_sides=opener)
+    result = trainer.train()
+    assert (result.state.real_groups, result.state.synthetic_groups, result.state.dropped_groups) == (1, 1, 1)
+    rewards = trainer.last_rollout["dreamgym_reward"]
+    assert rewards.count(None) == 2  # the real group: both its episodes
+    assert result.state.real_steps > 0
+
+
+def test_sim2real_switches_at_the_update_and_keeps_its_checkpoint(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    trainer = make_trainer(toy_chat, tmp_path, mode="sim2real", updates=2, switch_at=1, groups_per_update=1)
+    result = trainer.train()
+    assert result.state.switched_at == 1
+    assert (result.state.synthetic_groups, result.state.real_groups) == (1, 1)
+    kept = tmp_path / "run" / "checkpoint-1"
+    assert (kept / "adapter_model.safetensors").exists() and (kept / "dreamgym_trainer.json").exists()
+    episodes, _ = anyio.run(stored, tmp_path / "store")
+    sides = {e.group_id.split("/")[1]: e.source for e in episodes}
+    assert sides == {"u0": "synthetic", "u1": "real"}
+
+
+def test_resume_continues_where_it_stopped(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    first = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, updates=1, save_every=1)
+    first.train()
+    checkpoint = latest_checkpoint(tmp_path / "run")
+    assert checkpoint is not None and checkpoint.name == "checkpoint-1"
+
+    second = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, updates=2, save_every=1)
+    result = second.train()
+    assert result.state.update == 2
+    assert (result.state.real_groups, result.state.synthetic_groups) == (2, 2)  # one more update, not two
+    episodes, _ = anyio.run(stored, tmp_path / "store")
+    assert sorted({e.group_id.split("/")[1] for e in episodes}) == ["u0", "u1"]
+    assert result.state.real_steps == sum(e.num_steps for e in episodes if e.source == "real")
+
+
+def test_evaluation_counts_real_transitions_exactly(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    trainer = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, evaluation=True)
+    result = trainer.train()
+    assert [update for update, _ in result.evaluations] == [0, 1]
+    for _, evaluation in result.evaluations:
+        assert evaluation.episodes == len(EVAL_SEEDS)
+    eval_episodes, eval_steps = anyio.run(stored, tmp_path / "eval-store")
+    train_episodes, train_steps = anyio.run(stored, tmp_path / "store")
+    assert result.state.eval_real_steps == len(eval_steps) == sum(e.steps for _, e in result.evaluations)
+    assert {e.seed for e in eval_episodes} == set(EVAL_SEEDS)
+    assert result.state.real_steps == sum(1 for s in train_steps if s.source == "real")
+    assert not {e.seed for e in train_episodes} & set(EVAL_SEEDS)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [line for line in lines if line["kind"] == "eval"]
+    assert [line["real_transitions"] for line in evals] == [0, result.state.real_steps]
