@@ -49,7 +49,7 @@ import msgspec
 
 from dreamgym.core.errors import BackendError, ModelOutputError, StateFormatError
 from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, Prediction, ReplayStore
-from dreamgym.core.state import State, apply_diff, diff_states, flatten, match_elements, parse_state
+from dreamgym.core.state import State, apply_diff, flatten, lean_diff, match_elements, parse_state
 from dreamgym.core.types import Observation, Step, Task
 from dreamgym.replay.embedders import transition_text
 from dreamgym.simulator._retrieval import embed_queries
@@ -292,9 +292,11 @@ class UnchangedPage:
 class CopyTopRetrieved:
     """The "copy top retrieved next state" baseline as an experience model.
 
-    The nearest retrieved real transition's change is replayed onto the
-    current page where it applies (else its next page is taken as is), with
-    its reward, end and action error. Without neighbours it keeps the page.
+    The nearest retrieved real transition's change (as the lean diff the
+    model is trained to write, so that it does not hinge on context lines
+    like another episode's goal) is replayed onto the current page where it
+    applies, else its next page is taken as is; with its reward, end and
+    action error. Without neighbours it keeps the page.
     """
 
     model_id = "baseline:copy_top_retrieved"
@@ -306,7 +308,7 @@ class CopyTopRetrieved:
         state = top.next_observation.state
         current = query.observation.state
         with contextlib.suppress(StateFormatError):
-            state = apply_diff(current, diff_states(top.observation.state, state), strict=False).render()
+            state = apply_diff(current, lean_diff(top.observation.state, state), strict=False).render()
         observation = msgspec.structs.replace(
             query.observation, state=state, last_action_error=top.next_observation.last_action_error
         )

@@ -1,0 +1,99 @@
+"""``dreamgym validate`` end to end: a real trained model, real stores, the report files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from validate_helpers import fill_store, open_store
+
+from dreamgym.bridge import BrowserPool
+
+
+def dreamgym(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], capture_output=True, text=True, timeout=900)
+    if check and result.returncode != 0:
+        raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def held_out_store(path: Path) -> Path:
+    async def fill() -> None:
+        async with open_store(path) as store:
+            await fill_store(store, range(10, 12))
+
+    anyio.run(fill)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_validate_a_tiny_trained_model_with_ablations_and_open_loop(tmp_path: Path, toy_model_dir: Path) -> None:
+    held = held_out_store(tmp_path / "held")
+    out = dreamgym("validate", "--store", str(held), "--model", str(toy_model_dir), "--open-loop", "2",
+                   "--ablations", "--out", str(tmp_path / "report")).stdout  # fmt: skip
+    assert "one step on 10 real steps (4 episodes, 1 tasks)" in out and "report.html" in out
+    data = json.loads((tmp_path / "report" / "validation.json").read_text())
+    assert data["template_id"] == "experience/v1:h1:k2:direct:diff"
+    assert set(data["one_step"]) == {"model", "copy_top_retrieved", "unchanged"}
+    assert all(row["n"] == 10 for row in data["one_step"].values())
+    assert list(data["ablations"]) == ["full", "no_retrieval", "no_history", "no_reasoning"]
+    assert data["ablations"]["no_reasoning"] == {"n/a": "the model was trained without reasoning"}
+    assert data["ablations"]["no_retrieval"]["n"] == 10
+    assert [p["n"] for p in data["open_loop"]["model"]] == [4, 4]
+    assert data["action_errors"]["model"]["n"] == 2
+    # Retrieval read the model's training store, with the metadata's held-out pairs kept out.
+    assert data["settings"]["exclude_task_seeds"] == [["toy/name", 10], ["toy/name", 11]]
+    assert data["settings"]["neighbours"] == 2
+    assert (tmp_path / "report" / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_validate_explains_a_missing_store(tmp_path: Path) -> None:
+    result = dreamgym("validate", "--model", str(tmp_path / "model"), "--out", str(tmp_path / "x"), check=False)
+    assert result.returncode == 1 and "--store is required" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_validate_only_the_held_out_pairs_given(tmp_path: Path, toy_model_dir: Path) -> None:
+    held = held_out_store(tmp_path / "held")
+    dreamgym("validate", "--store", str(held), "--model", str(toy_model_dir), "--held-out", "toy/name:11",
+             "--limit", "3", "--out", str(tmp_path / "r"))  # fmt: skip
+    data = json.loads((tmp_path / "r" / "validation.json").read_text())
+    assert data["steps"] == 3 and data["episodes"] == 1  # the first of seed 11's episodes fits the limit
+    assert all(case["seed"] == 11 for case in data["worst_cases"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_validate_on_miniwob_with_a_model_trained_on_it(tmp_path: Path, pool: BrowserPool) -> None:
+    """Collect real MiniWoB++ episodes, train an experience model on them, validate it on other seeds."""
+    train, held = str(tmp_path / "train"), str(tmp_path / "held")
+    common = ["--tasks", "click-button,enter-text", "--embedder", "hashing-64", "--max-steps", "4"]
+    common += ["--policy", "random"]
+    model, report = str(tmp_path / "model"), str(tmp_path / "report")
+    commands = [
+        ["collect", "--store", train, *common, "--seeds", "0-5", "--group-size", "2"],
+        ["collect", "--store", held, *common, "--seeds", "100-101"],
+        ["sim", "train", train, "--out", model, "--max-steps", "6"],
+        ["validate", "--store", held, "--retrieval", train, "--model", model, "--open-loop", "3", "--ablations",
+         "--out", report],
+    ]  # fmt: skip
+    for command in commands:
+        out = (await anyio.to_thread.run_sync(lambda command=command: dreamgym(*command))).stdout
+    assert "one step on" in out and "2 tasks" in out
+    data = json.loads((tmp_path / "report" / "validation.json").read_text())
+    assert data["tasks"] == 2 and set(data["by_task"]["model"]) == {"miniwob/click-button", "miniwob/enter-text"}
+    assert data["open_loop"]["model"][0]["n"] == data["episodes"] == 4
+    problems: list[str] = []
+    async with pool.context() as lease:
+        page = await lease.context.new_page()
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        await page.goto((tmp_path / "report" / "report.html").as_uri())
+        assert await page.locator("svg").count() >= 9
+    assert problems == []
