@@ -116,8 +116,9 @@ class VectorTable:
             codes = [self._episodes.find(e) for e in exclude_episodes]
             keep &= ~np.isin(cols["episode"], codes)
         for task, seed in exclude_task_seeds:
-            seed_code = _NO_SEED if seed is None else seed
-            keep &= ~((cols["task"] == self._tasks.find(task)) & (cols["seed"] == seed_code))
+            # A None seed holds the whole task out (every seed), as SFT and SimulatorConfig document it.
+            same_task = cols["task"] == self._tasks.find(task)
+            keep &= ~same_task if seed is None else ~(same_task & (cols["seed"] == seed))
         return keep
 
     def rows_of(self, seqs: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
