@@ -68,10 +68,12 @@ def _parser() -> argparse.ArgumentParser:
 
     from dreamgym._cli_run import add_run_commands
     from dreamgym._cli_sim import add_sim_commands
+    from dreamgym._cli_train import add_train_command
     from dreamgym._cli_validate import add_validate_command
 
     add_run_commands(commands)
     add_sim_commands(commands)
+    add_train_command(commands)
     add_validate_command(commands)
     return parser
 

@@ -269,6 +269,11 @@ class LocalPolicy:
         return request
 
     @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        """The cap on in-process torch work this policy takes a slot of; share it with other torch jobs."""
+        return self._batcher.limiter
+
+    @property
     def batches(self) -> int:
         """Batches run so far (several episodes' turns in one forward pass)."""
         return self._batcher.batches

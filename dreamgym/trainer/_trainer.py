@@ -38,7 +38,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 from transformers import TrainerCallback
 
@@ -78,6 +77,8 @@ class TrainerState:
     """The fraction of a real group carried to the next update (real groups spread evenly)."""
     model_calls: int = 0
     """Experience-model predictions made by training's synthetic steps (one per synthetic step)."""
+    rollout_seconds: float = 0.0
+    """Wall-clock spent playing training episodes (the rest of an update is TRL's loss and step)."""
     generated_tasks: list[dict[str, Any]] = field(default_factory=list)
     experience_model_id: str = ""
     switched_at: int | None = None
@@ -183,7 +184,8 @@ class Trainer:
         self._portal: RuntimePortal | None = None
         self._sides: Sides | None = None
         self._eval_policy: LocalPolicy | None = None
-        self._torch_limiter = anyio.CapacityLimiter(1)
+        self._torch_limiter = policy.limiter
+        """Every in-process torch job of the run takes a slot of the policy's limiter."""
         self._metrics_path = config.output_dir / METRICS_FILE
         self._writer: Any = None
 
@@ -358,10 +360,12 @@ class Trainer:
         model = self.policy.model
         was_training = model.training
         model.eval()
+        started = time.perf_counter()
         try:
             results = portal.run_groups(specs)
         finally:
             model.train(was_training)
+            self.state.rollout_seconds += time.perf_counter() - started
         output = self._to_trl(results, size)
         self.last_rollout = output
         return output

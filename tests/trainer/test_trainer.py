@@ -280,3 +280,152 @@ def test_evaluation_counts_real_transitions_exactly(toy_chat: tuple[Any, Any], t
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if line["kind"] == "eval"]
     assert [line["real_transitions"] for line in evals] == [0, result.state.real_steps]
+
+
+class ContractTrainer(Trainer):
+    """Records what TRL hands the rollout hook and what the hook returns."""
+
+    calls: list[tuple[list[Any], int]]
+
+    def _rollout(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        output = super()._rollout(prompts, trainer)
+        self.calls.append((list(prompts), len(output["completion_ids"])))
+        return output
+
+
+def test_trl_rollout_hook_contract(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    """TRL 1.16 (pinned) hands rollout_func each group's prompt repeated G times, consecutively, and wants
+    one completion per entry. If an upgrade changes that, this fails before any training goes wrong."""
+    import trl
+
+    assert trl.__version__ == "1.16.0"
+    config = TrainConfig(mode="synthetic", updates=2, group_size=3, groups_per_update=2, output_dir=tmp_path / "run",
+                         report_to=())  # fmt: skip
+    trainer = ContractTrainer(
+        config, policy=make_policy(toy_chat), tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0, 1]
+    )
+    trainer.calls = []
+    trainer.train()
+    assert len(trainer.calls) == 2
+    for prompts, completions in trainer.calls:
+        assert len(prompts) == completions == 6
+        groups = [prompts[n : n + 3] for n in range(0, 6, 3)]
+        assert all(len(set(group)) == 1 for group in groups)
+        assert groups[0][0] != groups[1][0]
+
+
+class AlternatingBackend(ToyBackend):
+    """Every action ends the episode; the reward alternates 1, 0, 1, 0 across calls (a group of 4 varies)."""
+
+    def __init__(self, backend_id: str = "alternating") -> None:
+        super().__init__()
+        self.backend_id = backend_id
+        self.count = 0
+
+    async def complete(self, messages: Any, sampling: Any) -> Any:
+        from dreamgym.core import Completion
+
+        if "Action: " not in messages[-1].content:
+            return await super().complete(messages, sampling)
+        self.count += 1
+        return Completion(text=f"<diff>\n</diff>\n<reward>{self.count % 2}</reward>\n<done>yes</done>")
+
+
+class VariationBackend:
+    """Proposes two harder variants of whatever task it is shown (the curriculum's proposal model)."""
+
+    backend_id = "variations"
+
+    async def complete(self, messages: Any, sampling: Any) -> Any:
+        from dreamgym.core import Completion
+
+        return Completion(text="<task>Enter the longest name and press Submit.</task>\n"
+                               "<task>Enter the name backwards and press Submit.</task>")  # fmt: skip
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_curriculum_varies_tasks_only_on_the_synthetic_side(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    from dreamgym.simulator import (
+        CurriculumConfig,
+        ExperienceModelConfig,
+        LLMExperienceModel,
+        SimulatedEnv,
+        SimulatorConfig,
+        TemplateConfig,
+    )
+
+    @asynccontextmanager
+    async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
+        async with open_store(tmp_path / "store") as store, open_store(tmp_path / "eval-store") as eval_store:
+            template = TemplateConfig(history=4, neighbours=0)
+            model = LLMExperienceModel(AlternatingBackend(), config=ExperienceModelConfig(template=template))
+            yield Sides(
+                store=store,
+                real_env=lambda: ToyFormEnv(),
+                synthetic_env=lambda: SimulatedEnv(model, config=SimulatorConfig(neighbours=0, real_starts=False)),
+                eval_store=eval_store,
+                curriculum_backend=VariationBackend(),
+                runtime_config=RuntimeConfig(max_steps=4),
+            )
+
+    curriculum = CurriculumConfig(num_seed_tasks=1, variations_per_task=2, max_generated_share=1.0)
+    trainer = make_trainer(
+        toy_chat, tmp_path, mode="sim2real", updates=2, switch_at=1, groups_per_update=1, group_size=4,
+        curriculum=curriculum, curriculum_every=1, open_sides=open_sides, evaluation=True,
+    )  # fmt: skip
+    result = trainer.train()
+    generated = trainer.pool.generated_tasks()
+    assert len(generated) == 2 and all(task.parent_task_id == TASK.task_id for task in generated)
+    episodes, _ = anyio.run(stored, tmp_path / "store")
+    second = [e for e in episodes if e.group_id.startswith("train/u1/")]
+    # after the switch every real task's group is real; the generated one stays synthetic
+    assert second and all(e.source == "synthetic" and e.task_id in {t.task_id for t in generated} for e in second)
+    eval_episodes, _ = anyio.run(stored, tmp_path / "eval-store")
+    assert {e.task_id for e in eval_episodes} == {TASK.task_id}
+    assert result.state.generated_tasks and (tmp_path / "run" / "final" / "dreamgym_trainer.json").exists()
+
+
+def test_refit_swaps_the_experience_model_for_later_steps(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    from dreamgym.simulator import (
+        ExperienceModelConfig,
+        LLMExperienceModel,
+        SimulatedEnv,
+        SimulatorConfig,
+        TemplateConfig,
+    )
+    from dreamgym.trainer import ModelSlot
+
+    template = TemplateConfig(history=4, neighbours=0)
+
+    def model(backend_id: str) -> LLMExperienceModel:
+        backend = ToyBackend()
+        backend.backend_id = backend_id  # type: ignore[misc]
+        return LLMExperienceModel(backend, config=ExperienceModelConfig(template=template))
+
+    refits: list[int] = []
+
+    async def refit(store: Any, ordinal: int) -> LLMExperienceModel:
+        refits.append(ordinal)
+        return model(f"toy-refit-{ordinal}")
+
+    @asynccontextmanager
+    async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
+        async with open_store(tmp_path / "store") as store:
+            slot = ModelSlot(model("toy-first"), refit)
+            yield Sides(
+                store=store,
+                synthetic_env=lambda: SimulatedEnv(slot, config=SimulatorConfig(neighbours=0, real_starts=False)),
+                slot=slot,
+                runtime_config=RuntimeConfig(max_steps=4),
+            )
+
+    trainer = make_trainer(toy_chat, tmp_path, mode="synthetic", updates=2, sim_refit_every=1, open_sides=open_sides)
+    result = trainer.train()
+    assert refits == [1]  # after update 1; none after the last update
+    _, steps = anyio.run(stored, tmp_path / "store")
+    first = {s.experience_model_id for s in steps if "/u0/" in s.group_id}
+    second = {s.experience_model_id for s in steps if "/u1/" in s.group_id}
+    assert all("toy-first" in m for m in first) and all("toy-refit-1" in m for m in second)
+    assert "toy-refit-1" in result.state.experience_model_id

@@ -1,0 +1,87 @@
+"""Training sides for MiniWoB++: real pages in Chromium, the simulator grounded in a store, a held-out store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from dreamgym.core.protocols import Embedder
+from dreamgym.runtime import RuntimeConfig
+from dreamgym.trainer._sides import ModelSlot, OpenSides, Sides, sft_refit
+
+__all__ = ["MiniWobSides", "miniwob_sides"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MiniWobSides:
+    """Where a MiniWoB++ training run keeps its records, and which experience model it asks.
+
+    ``store`` should already hold real transitions (``dreamgym collect``): the
+    simulator starts groups from their real first pages and retrieves its
+    neighbours from them. Evaluation episodes go to ``eval_store`` only.
+    """
+
+    store: Path
+    eval_store: Path
+    sim_model: Path | None = None
+    """The experience model's directory; ``None`` runs real groups only."""
+    exclude_task_seeds: tuple[tuple[str, int | None], ...] = ()
+    """Held-out (task, seed) pairs: never retrieved, never in refit data."""
+    refit_dir: Path | None = None
+    """Where ``sim_refit_every`` writes the refit models (``None``: no refits)."""
+    browsers: int = 1
+    runtime: RuntimeConfig | None = None
+    embedder: Embedder | None = None
+
+
+def miniwob_sides(settings: MiniWobSides) -> OpenSides:
+    """An :data:`OpenSides` for MiniWoB++ that opens everything in the trainer's event loop."""
+
+    @asynccontextmanager
+    async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
+        from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
+        from dreamgym.replay import LmdbReplayStore
+        from dreamgym.simulator import SimulatedEnv, SimulatorConfig, load_experience_model
+
+        site = MiniWobSite()
+        async with AsyncExitStack() as stack:
+            stack.callback(site.close)
+            store = await stack.enter_async_context(LmdbReplayStore(settings.store, embedder=settings.embedder))
+            eval_store = await stack.enter_async_context(
+                LmdbReplayStore(settings.eval_store, embedder=settings.embedder)
+            )
+            pool = await stack.enter_async_context(BrowserPool(BrowserConfig(processes=settings.browsers)))
+            runtime = settings.runtime or RuntimeConfig()
+            sides = Sides(
+                store=store,
+                real_env=lambda: BrowserEnv(pool, sites=[site]),
+                eval_store=eval_store,
+                runtime_config=runtime,
+            )
+            if settings.sim_model is not None:
+                model = load_experience_model(settings.sim_model, store=store, limiter=limiter)
+                refit = None
+                if settings.refit_dir is not None:
+                    refit = sft_refit(
+                        settings.refit_dir, base=settings.sim_model, exclude_task_seeds=settings.exclude_task_seeds
+                    )
+                slot = ModelSlot(model, refit)
+                config = SimulatorConfig(
+                    max_steps=runtime.max_steps,
+                    neighbours=model.config.template.neighbours,
+                    exclude_task_seeds=tuple(settings.exclude_task_seeds),
+                )
+                sides.slot = slot
+                sides.synthetic_env = lambda: SimulatedEnv(slot, store=store, config=config)
+            yield sides
+
+    return open_sides
+
+
+def held_out(tasks: Sequence[str], seeds: Sequence[int]) -> tuple[tuple[str, int | None], ...]:
+    """Every (task id, seed) pair of ``tasks`` x ``seeds``: what retrieval and refits must leave out."""
+    return tuple((task, seed) for task in tasks for seed in seeds)
