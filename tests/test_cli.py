@@ -67,14 +67,3 @@ def test_cli_errors_are_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text("not json\n")
     result = dreamgym("replay", "import", str(tmp_path / "s"), str(tmp_path / "bad.jsonl"), check=False)
     assert result.returncode == 1 and "bad.jsonl:1" in result.stderr
-
-
-@pytest.mark.slow
-def test_demo_runs_offline_end_to_end(tmp_path: Path) -> None:
-    out = dreamgym("demo", "--out", str(tmp_path)).stdout
-    assert "what exists today" in out and "Not yet" in out
-    assert "nearest stored real transitions" in out
-    assert "18/18" in out  # the demonstrators solve every held-out episode
-    stats = json.loads(dreamgym("replay", "stats", str(tmp_path / "store"), "--json").stdout)
-    assert stats["steps"]["real"] == stats["vectors"] > 0 and stats["steps"]["synthetic"] == 0
-    assert (stats["episodes"], stats["tasks"]) == (24, 6)
