@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import anyio
-import pytest
 from helpers import make_step
 
 from dreamgym.core import Task
