@@ -15,6 +15,7 @@ PACKAGES = [
     "dreamgym.agents",
     "dreamgym.runtime",
     "dreamgym.trainer",
+    "dreamgym.validate",
 ]
 
 
