@@ -58,6 +58,7 @@ __all__ = [
     "BASELINES",
     "CopyTopRetrieved",
     "FidelitySummary",
+    "StepPredictions",
     "StepScore",
     "UnchangedPage",
     "one_step_fidelity",
@@ -188,9 +189,9 @@ async def one_step_fidelity(
     predictors.update(copy_top_retrieved=CopyTopRetrieved(), unchanged=UnchangedPage())
     results = {}
     for name, predictor in predictors.items():
-        predictions, seconds = await predict_steps(predictor, queries, concurrency=concurrency)
-        scores = [score_step(step, prediction) for (step, _), prediction in zip(queries, predictions, strict=True)]
-        results[name] = summarise_scores(name, scores, seconds if name == "model" else 0.0)
+        made = await predict_steps(predictor, queries, concurrency=concurrency)
+        scores = [score_step(step, prediction) for (step, _), prediction in zip(queries, made.predictions, strict=True)]
+        results[name] = summarise_scores(name, scores, made.seconds if name == "model" else 0.0)
     return results
 
 
@@ -242,22 +243,34 @@ async def teacher_forced_queries(
     return queries
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepPredictions:
+    """What :func:`predict_steps` returns: a prediction per query, or why there is none, and the time taken."""
+
+    predictions: list[Prediction | None]
+    """``None`` where the model gave no usable answer."""
+    errors: list[str]
+    """Why each missing prediction is missing (the model's or the backend's error); ``""`` elsewhere."""
+    seconds: float
+
+
 async def predict_steps(
     model: ExperienceModel, queries: Sequence[tuple[Step, ExperienceQuery]], *, concurrency: int = 8
-) -> tuple[list[Prediction | None], float]:
-    """The model's prediction for each query (``None`` where it gave no usable answer), and the seconds taken.
+) -> StepPredictions:
+    """The model's prediction for each query, with up to ``concurrency`` in flight at once.
 
-    Up to ``concurrency`` predictions are in flight at once. ``stop`` always
-    ends the episode, as in :class:`~dreamgym.simulator.SimulatedEnv`.
+    ``stop`` always ends the episode, as in :class:`~dreamgym.simulator.SimulatedEnv`.
     """
     predictions: list[Prediction | None] = [None] * len(queries)
+    errors = [""] * len(queries)
     limiter = anyio.CapacityLimiter(concurrency)
 
     async def one(n: int, query: ExperienceQuery) -> None:
         async with limiter:
             try:
                 prediction = await model.predict(query)
-            except (ModelOutputError, BackendError):
+            except (ModelOutputError, BackendError) as exc:
+                errors[n] = str(exc) or type(exc).__name__
                 return
         if query.action.name == "stop" and not prediction.terminated:
             prediction = replace(prediction, terminated=True)
@@ -267,7 +280,7 @@ async def predict_steps(
     async with anyio.create_task_group() as group:
         for n, (_, query) in enumerate(queries):
             group.start_soon(one, n, query)
-    return predictions, time.perf_counter() - started
+    return StepPredictions(predictions=predictions, errors=errors, seconds=time.perf_counter() - started)
 
 
 def score_step(real: Step, prediction: Prediction | None) -> StepScore:

@@ -12,7 +12,8 @@ one-step fidelity is computed from these:
 - :class:`ActionErrorSummary`: on the steps whose real outcome was an action
   error (``last_action_error`` set), how often the predictor said the action
   failed, kept the page, and gave reward 0;
-- :func:`worst_cases`: the model's worst predictions, for the report.
+- :func:`worst_cases`: the model's worst usable predictions, and
+  :func:`unusable_cases`: steps it gave no usable answer for, with the reason.
 
 A prediction the predictor could not make counts as wrong everywhere (as in
 ``one_step_fidelity``), except in the confusion matrix and the reward error,
@@ -38,6 +39,7 @@ __all__ = [
     "depth_key",
     "outcomes_of",
     "reward_confusion",
+    "unusable_cases",
     "worst_cases",
 ]
 
@@ -54,6 +56,8 @@ class StepOutcome:
     step: Step
     prediction: Prediction | None
     score: StepScore
+    error: str = ""
+    """Why there is no prediction (the model's or the backend's error)."""
 
     @property
     def real_success(self) -> bool:
@@ -64,11 +68,14 @@ class StepOutcome:
         return self.prediction is not None and self.prediction.reward >= 0.5
 
 
-def outcomes_of(steps: Sequence[Step], predictions: Sequence[Prediction | None]) -> list[StepOutcome]:
-    """Pair real steps with their predictions and score each."""
+def outcomes_of(
+    steps: Sequence[Step], predictions: Sequence[Prediction | None], errors: Sequence[str] = ()
+) -> list[StepOutcome]:
+    """Pair real steps with their predictions (and the reasons of missing ones) and score each."""
+    reasons = list(errors) or [""] * len(steps)
     return [
-        StepOutcome(step=step, prediction=prediction, score=score_step(step, prediction))
-        for step, prediction in zip(steps, predictions, strict=True)
+        StepOutcome(step=step, prediction=prediction, score=score_step(step, prediction), error=error)
+        for step, prediction, error in zip(steps, predictions, reasons, strict=True)
     ]
 
 
@@ -204,31 +211,47 @@ class WorstCase:
     similarity: float
     f1: float
     raw: str = ""
+    error: str = ""
+    """Why the model gave no usable answer (for an unusable case)."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
 def worst_cases(outcomes: Sequence[StepOutcome], count: int, *, per_task: int = 2) -> list[WorstCase]:
-    """The ``count`` worst predictions, at most ``per_task`` from one task.
+    """The ``count`` worst usable predictions, at most ``per_task`` from one task, one per (page, action).
 
-    Badness: an unusable answer first, then the lowest sum of similarity,
-    element F1, reward right and end right.
+    Badness: the lowest sum of similarity, element F1, reward right and end
+    right; perfect predictions are never chosen. Unusable answers are listed
+    apart (:func:`unusable_cases`): they have no page to compare.
     """
 
-    def goodness(outcome: StepOutcome) -> tuple[bool, float]:
+    def goodness(outcome: StepOutcome) -> float:
         s = outcome.score
-        return (not s.failed, s.similarity + s.f1 + s.reward_correct + s.done_correct)
+        return s.similarity + s.f1 + s.reward_correct + s.done_correct
 
+    usable = [o for o in outcomes if o.prediction is not None and goodness(o) < 4.0]
+    return _pick(sorted(usable, key=goodness), count, per_task)
+
+
+def unusable_cases(outcomes: Sequence[StepOutcome], count: int, *, per_task: int = 1) -> list[WorstCase]:
+    """Up to ``count`` steps without a usable prediction, at most ``per_task`` from one task, with the reason."""
+    return _pick([o for o in outcomes if o.prediction is None], count, per_task)
+
+
+def _pick(ranked: Sequence[StepOutcome], count: int, per_task: int) -> list[WorstCase]:
     chosen: list[WorstCase] = []
     taken: dict[str, int] = {}
-    for outcome in sorted(outcomes, key=goodness):
+    seen: set[tuple[str, str, str]] = set()  # a demonstrator and an explorer often share a first step
+    for outcome in ranked:
         if len(chosen) >= count:
             break
-        task = outcome.step.task_id
-        if taken.get(task, 0) >= per_task or goodness(outcome) == (True, 4.0):
+        step = outcome.step
+        key = (step.task_id, step.observation.state, str(step.action))
+        if taken.get(step.task_id, 0) >= per_task or key in seen:
             continue
-        taken[task] = taken.get(task, 0) + 1
+        taken[step.task_id] = taken.get(step.task_id, 0) + 1
+        seen.add(key)
         chosen.append(_case(outcome))
     return chosen
 
@@ -254,4 +277,5 @@ def _case(outcome: StepOutcome) -> WorstCase:
         similarity=round(outcome.score.similarity, 4),
         f1=round(outcome.score.f1, 4),
         raw=prediction.raw[:MAX_CASE_CHARS] if prediction else "",
+        error=outcome.error[:MAX_CASE_CHARS],
     )

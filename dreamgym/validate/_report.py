@@ -37,7 +37,8 @@ th { background: #f4f4f4; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
 .case { border: 1px solid #ccc; padding: 8px; margin: 12px 0; }
 .side { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
-pre { font-size: 12px; background: #fafafa; padding: 6px; overflow-x: auto; margin: 0; white-space: pre; }
+pre { font-size: 12px; background: #fafafa; padding: 6px; overflow-x: auto; margin: 0; white-space: pre-wrap; }
+code { white-space: pre-wrap; }
 .only { background: #fde2e2; } .added { background: #e0f5e0; }
 .muted { color: #666; font-size: 13px; }
 """
@@ -79,6 +80,7 @@ def render_html(report: ValidationReport) -> str:
         *_open_loop(report),
         *_judge(report),
         *_worst(report.worst_cases),
+        *_unusable(report),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -259,27 +261,47 @@ def _worst(cases: Sequence[WorstCase]) -> list[str]:
         '<p class="muted">Lines only the real page has are red; lines only the prediction has are green.</p>',
     ]
     for case in cases:
-        predicted = "unusable answer" if case.predicted_reward is None else (
-            f"reward {case.predicted_reward:g}, {'ends' if case.predicted_done else 'continues'}"
-        )  # fmt: skip
         real_side, predicted_side = _side_by_side(case.real_state, case.predicted_state)
         errors = ""
         if case.real_error or case.predicted_error:
-            errors = (
-                f"<br>errors: real {escape(case.real_error or '-')}; predicted {escape(case.predicted_error or '-')}"
-            )
+            real_error, predicted_error = escape(case.real_error or "-"), escape(case.predicted_error or "-")
+            errors = f"<br>action errors: real {real_error}; predicted {predicted_error}"
+        ends = "ends" if case.predicted_done else "continues"
         out.append(
-            f'<div class="case"><b>{escape(case.task_id)}</b> seed {case.seed} step {case.step_index} · '
-            f"similarity {case.similarity:.3f}, F1 {case.f1:.3f}<br>goal: {escape(case.goal)}<br>"
-            f"action: <code>{escape(case.action)}</code><br>real: reward {case.real_reward:g}, "
-            f"{'ends' if case.real_done else 'continues'} · predicted: {predicted}{errors}"
-            f"<details><summary>page before the action</summary><pre>{escape(case.state)}</pre></details>"
-            f'<div class="side"><div><b>real</b><pre>{real_side}</pre></div>'
+            _case_head(case, f" · predicted: reward {case.predicted_reward or 0:g}, {ends}{errors}")
+            + f'<div class="side"><div><b>real</b><pre>{real_side}</pre></div>'
             f"<div><b>predicted</b><pre>{predicted_side}</pre></div></div>"
             + (f"<details><summary>raw answer</summary><pre>{escape(case.raw)}</pre></details>" if case.raw else "")
             + "</div>"
         )
     return out
+
+
+def _unusable(report: ValidationReport) -> list[str]:
+    if not report.unusable_cases:
+        return []
+    failures = report.one_step["model"].failures if "model" in report.one_step else 0
+    out = [
+        f"<h2>Unusable answers ({failures} of {report.steps} steps; examples)</h2>",
+        '<p class="muted">Steps the model gave no usable answer for after its retries; each scores 0 everywhere.</p>',
+    ]
+    for case in report.unusable_cases:
+        out.append(
+            _case_head(case, f"<br>why: <code>{escape(case.error or '(no reason given)')}</code>")
+            + f"<details><summary>real next page</summary><pre>{escape(case.real_state)}</pre></details></div>"
+        )
+    return out
+
+
+def _case_head(case: WorstCase, outcome: str) -> str:
+    """The opening of a case's box: where it is, the action, the real outcome, ``outcome`` (HTML), the page before."""
+    return (
+        f'<div class="case"><b>{escape(case.task_id)}</b> seed {case.seed} step {case.step_index} · '
+        f"similarity {case.similarity:.3f}, F1 {case.f1:.3f}<br>goal: {escape(case.goal)}<br>"
+        f"action: <code>{escape(case.action)}</code><br>real: reward {case.real_reward:g}, "
+        f"{'ends' if case.real_done else 'continues'}{outcome}"
+        f"<details><summary>page before the action</summary><pre>{escape(case.state)}</pre></details>"
+    )
 
 
 def _side_by_side(real: str, predicted: str) -> tuple[str, str]:

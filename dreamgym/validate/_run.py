@@ -51,6 +51,7 @@ from dreamgym.validate._outcomes import (
     depth_key,
     outcomes_of,
     reward_confusion,
+    unusable_cases,
     worst_cases,
 )
 
@@ -118,6 +119,9 @@ class ValidationReport:
     open_loop: dict[str, list[DriftPoint]] = field(default_factory=dict)
     judge: JudgeSummary | None = None
     worst_cases: list[WorstCase] = field(default_factory=list)
+    """The model's worst usable predictions."""
+    unusable_cases: list[WorstCase] = field(default_factory=list)
+    """Examples of steps the model gave no usable answer for, with the reason."""
     settings: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -146,6 +150,7 @@ class ValidationReport:
             "open_loop": {name: [p.as_dict() for p in points] for name, points in self.open_loop.items()},
             "judge": self.judge.as_dict() if self.judge else None,
             "worst_cases": [case.as_dict() for case in self.worst_cases],
+            "unusable_cases": [case.as_dict() for case in self.unusable_cases],
         }
 
     def as_metrics(self) -> dict[str, float]:
@@ -262,10 +267,10 @@ async def validate(
     outcomes: dict[str, list[StepOutcome]] = {}
     one_step: dict[str, FidelitySummary] = {}
     for name, predictor in predictors.items():
-        predictions, seconds = await predict_steps(predictor, queries, concurrency=config.concurrency)
-        outcomes[name] = outcomes_of(ordered, predictions)
-        one_step[name] = summarise_scores(name, [o.score for o in outcomes[name]], seconds)
-        log.info("one step, %s: %d steps in %.1f s", name, len(ordered), seconds)
+        made = await predict_steps(predictor, queries, concurrency=config.concurrency)
+        outcomes[name] = outcomes_of(ordered, made.predictions, made.errors)
+        one_step[name] = summarise_scores(name, [o.score for o in outcomes[name]], made.seconds)
+        log.info("one step, %s: %d steps in %.1f s", name, len(ordered), made.seconds)
     ablation_rows: dict[str, AblationRow] = {}
     if ablations:
         ablation_rows["full"] = one_step["model"]
@@ -273,9 +278,10 @@ async def validate(
             if isinstance(variant, str):
                 ablation_rows[name] = variant
                 continue
-            predictions, seconds = await predict_steps(variant, queries, concurrency=config.concurrency)
-            ablation_rows[name] = summarise_scores(name, [o.score for o in outcomes_of(ordered, predictions)], seconds)
-            log.info("ablation %s: %.1f s", name, seconds)
+            made = await predict_steps(variant, queries, concurrency=config.concurrency)
+            scores = [o.score for o in outcomes_of(ordered, made.predictions)]
+            ablation_rows[name] = summarise_scores(name, scores, made.seconds)
+            log.info("ablation %s: %.1f s", name, made.seconds)
     drift: dict[str, list[DriftPoint]] = {}
     if config.open_loop:
         drift = await open_loop_drift(
@@ -306,6 +312,7 @@ async def validate(
         open_loop=drift,
         judge=judged,
         worst_cases=worst_cases(outcomes["model"], config.worst_cases),
+        unusable_cases=unusable_cases(outcomes["model"], config.worst_cases // 2),
         settings={**asdict(config), "exclude_task_seeds": [list(p) for p in config.exclude_task_seeds]},
         seconds=time.perf_counter() - started,
     )

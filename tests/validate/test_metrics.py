@@ -76,7 +76,7 @@ async def test_a_known_wrong_simulator_scores_what_it_should(tmp_path: Path) -> 
     errors = report.action_errors["model"]
     assert (errors.n, errors.predicted_error, errors.predicted_unchanged, errors.predicted_reward_zero) == (3, 0, 0, 0)
     assert report.worst_cases and all(INVENTED in case.predicted_state for case in report.worst_cases)
-    assert len(report.worst_cases) == 2  # at most two per task
+    assert len(report.worst_cases) == 2 and report.unusable_cases == []  # at most two per task
 
 
 async def test_the_baselines_score_what_they_should(tmp_path: Path) -> None:
@@ -125,7 +125,9 @@ async def test_an_unusable_model_scores_zero_and_is_counted(tmp_path: Path) -> N
     first = report.open_loop["model"][0]
     assert (first.n, first.running) == (6, 3) and first.similarity == 0.5
     assert report.open_loop["model"][1].running == 0
-    assert len(report.worst_cases) == 2 and report.worst_cases[0].predicted_reward is None
+    assert report.worst_cases == []  # nothing to compare: the unusable answers are listed apart, with the reason
+    assert len(report.unusable_cases) == 1  # one per task
+    assert report.unusable_cases[0].error == "no usable answer" and report.unusable_cases[0].predicted_state == ""
 
 
 async def test_retrieval_never_returns_the_evaluated_episode_or_a_held_out_pair(tmp_path: Path) -> None:

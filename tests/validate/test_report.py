@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-from validate_helpers import SEEDS_FOR_REPORT, OracleModel, WrongModel, all_steps, fill_store, open_store
+from validate_helpers import SEEDS_FOR_REPORT, BrokenModel, OracleModel, WrongModel, all_steps, fill_store, open_store
 
 from dreamgym.bridge import BrowserPool
-from dreamgym.validate import ValidationConfig, ValidationReport, validate, write_report
+from dreamgym.validate import ValidationConfig, ValidationReport, render_html, validate, write_report
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +67,11 @@ async def test_chromium_opens_the_report_without_console_errors(tmp_path: Path, 
         assert overflow == 0
         await page.close()
     assert problems == []
+
+
+async def test_unusable_answers_are_listed_with_their_reason(tmp_path: Path) -> None:
+    steps = all_steps(SEEDS_FOR_REPORT)
+    report = await validate(BrokenModel(), steps, store=None)
+    html = render_html(report)
+    assert "Unusable answers (20 of 20 steps; examples)" in html and "why: <code>no usable answer</code>" in html
+    assert "Worst cases" not in html
