@@ -36,7 +36,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def main() -> int:
             runs.append(run)
             print(json.dumps({"run": run}), flush=True)
     table = _table(runs, before, plan, args)
-    (args.out / "table.json").write_text(json.dumps({"plan": plan.__dict__, "before": before, "arms": table,
+    (args.out / "table.json").write_text(json.dumps({"plan": asdict(plan), "before": before, "arms": table,
                                                      "runs": runs, "seconds": time.perf_counter() - started},
                                                     indent=1))  # fmt: skip
     (args.out / "table.md").write_text(_markdown(table, before, plan, args, len(seeds)))
@@ -95,7 +95,7 @@ def main() -> int:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="click-button,click-link,click-tab,focus-text")
+    parser.add_argument("--tasks", default="click-option,click-tab,click-dialog,enter-text")
     parser.add_argument("--seeds", default="0,1,2", help="training seeds (at least 3)")
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--group-size", type=int, default=4)
@@ -143,7 +143,6 @@ def _trainer(
         learning_rate=args.lr,
         real_share=share,
         switch_at=min(plan.switch_at, updates - 1) if arm == "sim2real" else 0,
-        max_steps=args.max_steps,
         eval_at_start=eval_at_start,
         seed=seed,
         report_to=(),

@@ -17,7 +17,7 @@ def add_train_command(commands: Any) -> None:
     train.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, metrics, TensorBoard")
     train.add_argument("--store", type=Path, required=True, help="training store; collect real steps into it first")
     train.add_argument("--eval-store", type=Path, default=None, help="held-out episodes' store (OUT/eval-store)")
-    train.add_argument("--tasks", default="click-button,click-link,focus-text", help="MiniWoB++ task names, or 'all'")
+    train.add_argument("--tasks", default="click-option,click-tab,click-dialog", help="MiniWoB++ task names, or 'all'")
     train.add_argument("--train-seeds", default="0-23", help="seeds groups start from, e.g. '0-23'")
     train.add_argument("--eval-seeds", default="1000-1004", help="held-out seeds ('' for no evaluation)")
     train.add_argument("--updates", type=int, default=20, help="policy updates")
@@ -76,8 +76,6 @@ def _run_train(args: argparse.Namespace) -> int:
         lora=LoraSettings(r=args.lora_r, alpha=2 * args.lora_r) if args.lora_r else None,
         real_share=args.real_share if args.mode == "mixed" else 0.25,
         switch_at=args.switch_at if args.mode == "sim2real" else 0,
-        max_steps=args.max_steps,
-        policy_temperature=args.temperature,
         eval_every=args.eval_every,
         save_every=args.save_every,
         sim_refit_every=args.sim_refit_every,

@@ -73,10 +73,6 @@ class TrainConfig:
     listed update on (e.g. ``((0, 0.1), (20, 0.5))``)."""
     switch_at: int = 0
     """``sim2real``: updates on the simulator before the switch to real groups."""
-    max_steps: int = 8
-    """Step limit of an episode whose task sets none."""
-    policy_temperature: float = 1.0
-    """Of the policy's softmax over candidate scores; above 0, or every episode of a group is the same."""
     eval_every: int = 0
     """Evaluate on the held-out real tasks and seeds every N updates (0: only at the end, if any are given)."""
     eval_at_start: bool = True
@@ -97,7 +93,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"TrainConfig.mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        for name in ("updates", "group_size", "groups_per_update", "max_steps"):
+        for name in ("updates", "group_size", "groups_per_update"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.group_size < 2:
@@ -129,11 +125,6 @@ class TrainConfig:
             last = start
         if self.real_share_schedule and self.mode != "mixed":
             raise ConfigError("TrainConfig.real_share_schedule applies to mixed mode only")
-        if not self.policy_temperature > 0:
-            raise ConfigError(
-                f"TrainConfig.policy_temperature must be > 0, got {self.policy_temperature}: "
-                "a greedy policy makes every episode of a group the same"
-            )
         if self.learning_rate <= 0 or self.beta < 0:
             raise ConfigError("TrainConfig.learning_rate must be > 0 and beta >= 0")
 

@@ -158,6 +158,11 @@ class Trainer:
                 f"only a policy that returns token records can be trained; {policy.policy_id!r} "
                 f"({type(policy).__name__}) does not. Use dreamgym.agents.LocalPolicy"
             )
+        if policy.config.temperature <= 0:
+            raise ConfigError(
+                f"the policy samples at temperature {policy.config.temperature}; train one above 0 "
+                "(LocalPolicyConfig.temperature): a greedy policy makes every episode of a group the same"
+            )
         if not tasks:
             raise ConfigError("the trainer needs at least one task")
         if not train_seeds:

@@ -99,8 +99,6 @@ def test_config_refuses_what_cannot_train() -> None:
         TrainConfig(mode="sim2real", updates=4, output_dir=out)
     with pytest.raises(ConfigError, match="mode must be one of"):
         TrainConfig(mode="ppo", updates=4, output_dir=out)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="greedy"):
-        TrainConfig(mode="mixed", updates=4, policy_temperature=0, output_dir=out)
     mixed = TrainConfig(mode="mixed", updates=30, real_share_schedule=((0, 0.1), (20, 0.5)), output_dir=out)
     assert [mixed.real_share_at(u) for u in (0, 19, 20, 29)] == [0.1, 0.1, 0.5, 0.5]
     sim2real = TrainConfig(mode="sim2real", updates=10, switch_at=7, output_dir=out)
@@ -111,6 +109,10 @@ def test_only_a_token_recording_policy_trains(toy_chat: tuple[Any, Any], tmp_pat
     config = TrainConfig(mode="synthetic", updates=1, output_dir=tmp_path)
     with pytest.raises(ConfigError, match="only a policy that returns token records can be trained"):
         Trainer(config, policy=ToyPolicy(), tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0])
+    model, tokenizer = toy_chat
+    greedy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(temperature=0.0))
+    with pytest.raises(ConfigError, match="greedy policy makes every episode of a group the same"):
+        Trainer(config, policy=greedy, tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0])
     policy = make_policy(toy_chat)
     with pytest.raises(ConfigError, match="held out"):
         Trainer(config, policy=policy, tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0], eval_seeds=[0])
@@ -258,11 +260,20 @@ def test_resume_continues_where_it_stopped(toy_chat: tuple[Any, Any], tmp_path: 
 
     second = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, updates=2, save_every=1)
     result = second.train()
+    adapters = {n: p.detach().clone() for n, p in second.grpo.model.named_parameters() if "lora_" in n}
     assert result.state.update == 2
     assert (result.state.real_groups, result.state.synthetic_groups) == (2, 2)  # one more update, not two
     episodes, _ = anyio.run(stored, tmp_path / "store")
     assert sorted({e.group_id.split("/")[1] for e in episodes}) == ["u0", "u1"]
     assert result.state.real_steps == sum(e.num_steps for e in episodes if e.source == "real")
+
+    # a run already at its last update resumes the saved weights and trains no further
+    third = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, updates=2, save_every=1)
+    assert third.train().state.update == 2
+    restored = {n: p for n, p in third.grpo.model.named_parameters() if "lora_" in n}
+    assert restored.keys() == adapters.keys()
+    assert all(torch.equal(restored[n], adapters[n]) for n in adapters)
+    assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in restored.items() if "lora_B" in n)
 
 
 def test_evaluation_counts_real_transitions_exactly(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
