@@ -114,14 +114,17 @@ def mixed_groups(
     """Groups over (task, seed) pairs, ``real_share`` of them real (exactly, spread out), shadowed if asked.
 
     Without ``count``, one group per (task, seed); with it, ``count`` groups
-    that cycle through the seeds, every task taking each seed in turn.
+    that cycle through the seeds, every task taking each seed in turn, the
+    tasks' order rotated from seed to seed so that the real groups' evenly
+    spread positions do not all fall on one task.
     """
     from dreamgym.runtime import GroupSpec, RatioSource
 
-    pairs = (
-        [(task, s) for s in seeds for task in tasks] if count is not None else [(t, s) for t in tasks for s in seeds]
-    )
-    chosen = pairs if count is None else [pairs[i % len(pairs)] for i in range(count)]
+    if count is None:
+        chosen = [(task, s) for task in tasks for s in seeds]
+    else:
+        pairs = [(tasks[(i + j) % len(tasks)], s) for j, s in enumerate(seeds) for i in range(len(tasks))]
+        chosen = [pairs[i % len(pairs)] for i in range(count)]
     chooser = RatioSource(real_share, seed=seed)
     groups: list[GroupSpec] = []
     for task, group_seed in chosen:

@@ -178,10 +178,15 @@ class PolicyWeights:
         return cls(directory=directory, model=model, tokenizer=tokenizer, digest=weights_digest(directory))
 
     def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
-        """The chooser over the page's candidate actions, sharing ``limiter`` with the other torch work."""
+        """The chooser over the page's candidate actions, sharing ``limiter`` with the other torch work.
+
+        The chooser scores the candidates the page offers, so its system message
+        need not list the action definitions: without them SmolLM2's prompt
+        shrinks from ~650 to ~230 tokens, and a step costs several times less.
+        """
         from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 
-        config = LocalPolicyConfig(mode="choose", temperature=temperature, seed=seed)
+        config = LocalPolicyConfig(mode="choose", temperature=temperature, seed=seed, list_actions=False)
         return LocalPolicy(
             self.model, self.tokenizer, name=self.directory.name, digest=self.digest, config=config, limiter=limiter
         )
