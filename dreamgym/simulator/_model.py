@@ -35,7 +35,7 @@ from dreamgym.core.protocols import (
     TextBackend,
 )
 from dreamgym.core.types import Observation, Task
-from dreamgym.simulator._parse import parse_answer, parse_initial_answer
+from dreamgym.simulator._parse import ParsedAnswer, parse_answer, parse_initial_answer
 from dreamgym.simulator._templates import TemplateConfig
 
 __all__ = ["ExperienceModelConfig", "ExperienceModelStats", "LLMExperienceModel", "call_cache_key"]
@@ -57,6 +57,10 @@ class ExperienceModelConfig:
     """Temperature of the retries, so that they can differ from the first answer."""
     initial_max_new_tokens: int = 1024
     """Token budget of the initial-page prompt (a whole page, not a diff)."""
+    salvage: bool = True
+    """When every attempt's diff fails to apply, keep the first answer whose diff lines that
+    can be placed make a valid page (the rest dropped; see ``_parse``) instead of failing the
+    step. ``False`` ends such a step as truncated (``model_output``)."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -73,6 +77,8 @@ class ExperienceModelStats:
     malformed_answers: int = 0
     repaired_answers: int = 0
     """Answers whose diff named page lines that do not exist; those lines were dropped."""
+    salvaged_answers: int = 0
+    """Predictions taken, after every attempt failed, from an answer whose diff only partly applied."""
     failed_predictions: int = 0
     """Predictions whose every attempt was malformed (each ends an episode as truncated)."""
 
@@ -142,7 +148,8 @@ class LLMExperienceModel:
         self.stats.predictions += 1
         messages = self.config.template.messages(query)
         current = query.observation
-        errors = []
+        errors: list[str] = []
+        answers: list[str] = []
         for attempt in range(self.config.max_attempts):
             completion = await self._call(messages, self._sampling(query.seed, len(query.history), attempt))
             try:
@@ -150,28 +157,40 @@ class LLMExperienceModel:
             except ModelOutputError as exc:
                 self.stats.malformed_answers += 1
                 errors.append(f"attempt {attempt + 1}: {exc}")
+                answers.append(completion.text)
                 log.debug("malformed experience-model answer (%s): %r", exc, completion.text[:200])
                 continue
             self.stats.repaired_answers += bool(answer.dropped_lines)
-            observation = Observation(
-                state=answer.state.render(),
-                url=current.url,
-                tabs=current.tabs,
-                active_tab=current.active_tab,
-                goal=current.goal,
-                last_action_error=answer.error,
-            )
-            return Prediction(
-                observation=observation,
-                reward=answer.reward,
-                terminated=answer.done,
-                reasoning=answer.reasoning,
-                model_id=self.model_id,
-                template_id=self.template_id,
-                raw=completion.text,
-            )
+            return self._prediction(answer, current, completion.text)
+        if self.config.salvage:
+            for text in answers:  # the last resort: the first answer whose placeable diff lines make a page
+                try:
+                    answer = parse_answer(text, current.state, salvage=True)
+                except ModelOutputError:
+                    continue
+                self.stats.salvaged_answers += 1
+                return self._prediction(answer, current, text)
         self.stats.failed_predictions += 1
         raise ModelOutputError(f"{self.model_id} gave no usable answer in {len(errors)} attempts: {'; '.join(errors)}")
+
+    def _prediction(self, answer: ParsedAnswer, current: Observation, raw: str) -> Prediction:
+        observation = Observation(
+            state=answer.state.render(),
+            url=current.url,
+            tabs=current.tabs,
+            active_tab=current.active_tab,
+            goal=current.goal,
+            last_action_error=answer.error,
+        )
+        return Prediction(
+            observation=observation,
+            reward=answer.reward,
+            terminated=answer.done,
+            reasoning=answer.reasoning,
+            model_id=self.model_id,
+            template_id=self.template_id,
+            raw=raw,
+        )
 
     async def predict_initial(self, task: Task, *, seed: int | None = None) -> Observation:
         """Predict a task's first page (when the store holds no real one).

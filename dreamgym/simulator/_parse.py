@@ -11,6 +11,13 @@ prediction stands. Not tolerated (a
 experience model answers by retrying): a missing reward, done flag or page, a
 diff that does not apply, a page that is not in the state format, an answer
 longer than ``MAX_ANSWER_CHARS``.
+
+``salvage=True`` (the experience model's last resort, once every attempt has
+failed) also takes a diff that does not apply: its lines are kept in order
+while each keeps the page valid, the others are dropped and counted, so the
+page keeps the changes that can be placed and the answer's reward and end
+stand. A salvaged answer is a worse prediction than a clean one; the model
+counts them (``salvaged_answers``).
 """
 
 from __future__ import annotations
@@ -48,8 +55,12 @@ class ParsedAnswer:
     """Diff lines dropped because they named page lines that do not exist (a repaired answer)."""
 
 
-def parse_answer(text: str, current: State | str) -> ParsedAnswer:
+def parse_answer(text: str, current: State | str, *, salvage: bool = False) -> ParsedAnswer:
     """Read an answer to the step prompt; ``current`` is the page before the action.
+
+    Args:
+        salvage: Keep the diff's lines that can be placed when the whole diff does
+            not apply, instead of raising (see the module).
 
     Raises:
         ModelOutputError: The answer lacks a part or a part is malformed.
@@ -57,7 +68,7 @@ def parse_answer(text: str, current: State | str) -> ParsedAnswer:
     fields = _fields(text)
     dropped = 0
     if "diff" in fields:
-        state, dropped = _apply(current, fields["diff"])
+        state, dropped = _apply(current, fields["diff"], salvage=salvage)
     elif "state" in fields:
         state = _parse_page(fields["state"])
     else:
@@ -101,7 +112,7 @@ def _fields(text: str) -> dict[str, str]:
     return fields
 
 
-def _apply(current: State | str, diff: str) -> tuple[State, int]:
+def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[State, int]:
     """The page the diff makes, and how many of its lines named page lines that do not exist."""
     lines = [_fix_prefix(line) for line in diff.split("\n") if line.strip()]
     base = current if isinstance(current, State) else parse_state(current)
@@ -118,7 +129,16 @@ def _apply(current: State | str, diff: str) -> tuple[State, int]:
     try:
         return apply_diff(base, "\n".join(kept), strict=False), len(lines) - len(kept)
     except StateFormatError as exc:
-        raise ModelOutputError(f"the <diff> does not apply to the current page: {exc}") from exc
+        if not salvage:
+            raise ModelOutputError(f"the <diff> does not apply to the current page: {exc}") from exc
+    placed: list[str] = []
+    for line in kept:
+        try:
+            apply_diff(base, "\n".join([*placed, line]), strict=False)
+        except StateFormatError:
+            continue
+        placed.append(line)
+    return apply_diff(base, "\n".join(placed), strict=False), len(lines) - len(placed)
 
 
 def _fix_prefix(line: str) -> str:

@@ -200,3 +200,24 @@ def test_parser_never_raises_anything_but_model_output_errors(text: str) -> None
 def test_action_in_prompt_is_the_canonical_text() -> None:
     action = parse_action("type [e2] [Ana] [1]")
     assert user_text(TemplateConfig(), query(action=action)).endswith("Action: type [e2] [Ana] [1]")
+
+
+def test_a_diff_that_does_not_apply_is_salvaged_only_when_asked() -> None:
+    """The model's last resort: the lines that can be placed stand (counted), the rest are dropped."""
+    answer = (
+        '<diff>\n+     [e9] link "Too deep"\n- [e2] textbox\n+ [e2] textbox: Ana\n</diff>'
+        "<reward>1</reward><done>yes</done>"
+    )
+    with pytest.raises(ModelOutputError, match="does not apply"):
+        parse_answer(answer, CURRENT)
+    salvaged = parse_answer(answer, CURRENT, salvage=True)
+    assert salvaged.state == parse_state(toy_form.page(0, "Ana").state)
+    assert (salvaged.dropped_lines, salvaged.reward, salvaged.done) == (1, 1.0, True)
+    with pytest.raises(ModelOutputError, match="no <reward>"):  # salvage never invents a missing part
+        parse_answer(answer.replace("<reward>1</reward>", ""), CURRENT, salvage=True)
+
+
+@given(st.text(max_size=300))
+def test_salvaging_parser_never_raises_anything_but_model_output_errors(text: str) -> None:
+    with contextlib.suppress(ModelOutputError):
+        parse_answer("<diff>\n" + text + "\n</diff><reward>0</reward><done>no</done>", CURRENT, salvage=True)
