@@ -95,7 +95,7 @@ def main() -> int:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="click-option,click-tab,click-dialog,enter-text")
+    parser.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text")
     parser.add_argument("--seeds", default="0,1,2", help="training seeds (at least 3)")
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--group-size", type=int, default=4)
@@ -150,7 +150,8 @@ def _trainer(
     tasks = miniwob_tasks(list(plan.tasks), args.max_steps)
     eval_seeds = parse_seeds(args.eval_seeds)
     policy = LocalPolicy.load(
-        args.policy_model or smollm2_checkpoint(), config=LocalPolicyConfig(temperature=1.0, seed=seed)
+        args.policy_model or smollm2_checkpoint(),
+        config=LocalPolicyConfig(temperature=1.0, seed=seed, list_actions=False),
     )
     sides = MiniWobSides(
         store=root / "store",

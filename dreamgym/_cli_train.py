@@ -17,7 +17,7 @@ def add_train_command(commands: Any) -> None:
     train.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, metrics, TensorBoard")
     train.add_argument("--store", type=Path, required=True, help="training store; collect real steps into it first")
     train.add_argument("--eval-store", type=Path, default=None, help="held-out episodes' store (OUT/eval-store)")
-    train.add_argument("--tasks", default="click-option,click-tab,click-dialog", help="MiniWoB++ task names, or 'all'")
+    train.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text", help="MiniWoB++ task names, or 'all'")
     train.add_argument("--train-seeds", default="0-23", help="seeds groups start from, e.g. '0-23'")
     train.add_argument("--eval-seeds", default="1000-1004", help="held-out seeds ('' for no evaluation)")
     train.add_argument("--updates", type=int, default=20, help="policy updates")
@@ -91,7 +91,9 @@ def _run_train(args: argparse.Namespace) -> int:
         print(f"note: {args.store} is new; the simulator will write first pages itself. Collect real steps first "
               "(dreamgym collect) to start groups from real pages and ground retrieval.")  # fmt: skip
     policy_dir = args.policy_model or smollm2_checkpoint()
-    policy = LocalPolicy.load(policy_dir, config=LocalPolicyConfig(temperature=args.temperature, seed=args.seed))
+    policy = LocalPolicy.load(
+        policy_dir, config=LocalPolicyConfig(temperature=args.temperature, seed=args.seed, list_actions=False)
+    )
     tasks = miniwob_tasks(names, args.max_steps)
     sides = MiniWobSides(
         store=args.store,
