@@ -118,15 +118,24 @@ class DemoReport:
 
     @property
     def real_steps(self) -> int:
-        """Real steps of training data: the seed set and the real rollouts (evaluation's are not)."""
-        return self.seed_set["steps"] + self.rollouts.real_steps
+        """Real steps of training data: the seed set, the real rollouts and training's real groups
+        (evaluation's are not)."""
+        return self.seed_set["steps"] + self.rollouts.real_steps + self.training_steps("real")
+
+    @property
+    def synthetic_steps(self) -> int:
+        """Synthetic steps: the rollouts' and training's."""
+        return self.rollouts.synthetic_steps + self.training_steps("synthetic")
+
+    def training_steps(self, source: str) -> int:
+        return int(self.training.get("metrics", {}).get(f"train/{source}_steps", 0))
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "settings": dict(self.settings),
             "models": dict(self.models),
             "real_steps": self.real_steps,
-            "synthetic_steps": self.rollouts.synthetic_steps,
+            "synthetic_steps": self.synthetic_steps,
             "seed_set": dict(self.seed_set),
             "before": self.before.as_dict(),
             "rollouts": dataclasses.asdict(self.rollouts),
@@ -186,9 +195,10 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
     rows = [
         ("real steps (training data)", str(report.real_steps),
          f"seed set {seed['steps']} ({seed['episodes']} episodes) + rollouts {roll.real_steps} "
-         f"({roll.real_episodes} episodes)"),
-        ("synthetic steps", str(roll.synthetic_steps),
-         f"{roll.synthetic_episodes} episodes in {roll.synthetic_groups} groups"),
+         f"({roll.real_episodes} episodes) + training {report.training_steps('real')}"),
+        ("synthetic steps", str(report.synthetic_steps),
+         f"rollouts {roll.synthetic_steps} ({roll.synthetic_episodes} episodes in {roll.synthetic_groups} groups) "
+         f"+ training {report.training_steps('synthetic')}"),
         ("success before training", *_rate(report.before.successes, report.before.episodes)),
         ("success after training", *_rate(report.after.successes, report.after.episodes)),
         ("simulator reward accuracy (shadowed real steps)", *_rate(shadow.reward_correct, shadow.n)),
@@ -197,11 +207,20 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
         ("  unusable predictions", str(shadow.unusable), f"of n = {shadow.n}"),
         ("real rollout success", *_rate(roll.real_successes, roll.real_episodes)),
         ("synthetic rollout success (simulator's say)", *_rate(roll.synthetic_successes, roll.synthetic_episodes)),
-        ("training", report.training["status"], str(report.training.get("reason", report.training.get("metrics", "")))),
+        ("training", report.training["status"], _training_note(report.training)),
     ]  # fmt: skip
     rows += [(f"wall-clock: {name}", f"{seconds:.1f} s", "") for name, seconds in report.phases.items()]
     rows.append(("wall-clock: total", f"{sum(report.phases.values()):.1f} s", ""))
     return rows
+
+
+def _training_note(training: Mapping[str, Any]) -> str:
+    if training["status"] != "trained":
+        return str(training.get("reason", ""))
+    m = training["metrics"]
+    note = (f"{m['train/updates']:.0f} GRPO updates (LoRA), {m['train/real_groups']:.0f} real + "
+            f"{m['train/synthetic_groups']:.0f} synthetic groups, {m['train/dropped_groups']:.0f} dropped")  # fmt: skip
+    return note + (f", last loss {m['train/last_loss']:.4f}" if "train/last_loss" in m else "")
 
 
 def summary_table(report: DemoReport) -> Table:

@@ -195,8 +195,9 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--tasks", type=names, default=None, help="comma-separated MiniWoB++ tasks")
     demo.add_argument("--train-seeds", type=seeds, default=None, help="seed-set and rollout seeds, e.g. 0-3")
     demo.add_argument("--held-out-seeds", type=seeds, default=None, help="evaluation seeds, e.g. 1000-1004")
-    for name, kind in (("explorers", int), ("group-size", int), ("rollout-groups", int), ("real-share", float),
-                       ("max-steps", int), ("seed", int)):  # fmt: skip
+    settings = (("explorers", int), ("group-size", int), ("rollout-groups", int), ("real-share", float),
+                ("max-steps", int), ("train-updates", int), ("learning-rate", float), ("seed", int))  # fmt: skip
+    for name, kind in settings:
         demo.add_argument(f"--{name}", type=kind, default=None, help="see dreamgym.demo.DemoSettings")
     demo.add_argument("--embedder", default=None, help="embedder of the demo's store (default: MiniLM)")
 
@@ -207,7 +208,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     from dreamgym.demo import DemoSettings, run_demo, summary_table
 
     keys = ("tasks", "train_seeds", "held_out_seeds", "explorers", "group_size", "rollout_groups", "real_share",
-            "max_steps", "seed", "policy_model")  # fmt: skip
+            "max_steps", "train_updates", "learning_rate", "seed", "policy_model")  # fmt: skip
     chosen = {key: value for key in keys if (value := getattr(args, key)) is not None}
     sim_model = None if args.sim_model == "default" else Path(args.sim_model)
     settings = DemoSettings(out=args.out, sim_model=sim_model, embedder=_embedder(args.embedder), **chosen)

@@ -14,8 +14,8 @@ synchronous trainer can drive its own runtime in between):
    which also excludes every held-out (task, seed));
 4. **roll out** groups, a share real and the rest on the simulator; every
    real step is shadowed by the simulator's prediction;
-5. **train** the policy (a hook for ``dreamgym.trainer``; skipped until it is
-   wired in, and the report says so);
+5. **train** the policy briefly with ``dreamgym.trainer``: GRPO with LoRA on
+   mixed groups (``real_share`` real, the rest on the simulator);
 6. **evaluate** again on the same held-out seeds;
 7. **report**: a summary table and ``report.json`` / ``report.md`` with real
    and synthetic steps, success before and after with n and a 95% interval,
@@ -76,7 +76,7 @@ T = TypeVar("T")
 
 DEMO_TASKS = ("click-button", "click-checkboxes", "enter-text", "focus-text")
 """Short MiniWoB++ tasks with a scripted demonstrator, on which SmolLM2-135M is neither hopeless nor perfect."""
-TRAINING_SKIPPED = "the trainer is not wired in yet"
+TRAINING_SKIPPED = "train_updates is 0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +117,12 @@ class DemoSettings:
     """The experience model's directory; ``None``: the offline default (``make sim-default``)."""
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
+    train_updates: int = 3
+    """GRPO updates in phase 5 (0 skips training): a brief run, to show the loop end to end."""
+    train_groups_per_update: int = 2
+    """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
+    learning_rate: float = 1e-4
+    """Of the LoRA adapters."""
     seed: int = 0
     """Seeds the policy's sampling and which rollout groups are real."""
     embedder: Embedder | None = field(default=None, compare=False)
@@ -140,6 +146,10 @@ class DemoSettings:
                 raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
         if self.group_size < 1 or self.rollout_groups < 1:
             raise ConfigError("DemoSettings.group_size and rollout_groups must be >= 1")
+        if self.train_updates < 0 or self.train_groups_per_update < 1 or self.learning_rate <= 0:
+            raise ConfigError(
+                "DemoSettings.train_updates must be >= 0, train_groups_per_update >= 1, learning_rate > 0"
+            )
         if not 0.0 <= self.real_share <= 1.0:
             raise ConfigError(f"DemoSettings.real_share must be in [0, 1], got {self.real_share}")
 
@@ -385,18 +395,85 @@ async def _rollouts(
 
 
 def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> TrainOutcome | None:
-    """Phase 5: train the policy; ``None`` when nothing was trained.
+    """Phase 5: GRPO on mixed groups (``real_share`` real) with LoRA, through ``dreamgym.trainer``.
 
-    Receives the settings (tasks, training seeds, group size, real share,
-    ``store_dir`` with the seed set and the rollouts, ``held_out_seeds`` to
-    keep out of retrieval via :func:`held_out_pairs`), the loaded policy
-    weights, and the experience model's directory. Runs synchronously; a
-    trainer that needs rollouts drives its own runtime (a
-    :class:`~dreamgym.runtime.RuntimePortal` over
-    :func:`dreamgym._jobs.open_runtime`) and closes it before returning.
+    The trainer drives its own runtime (Chromium, the grounded simulator, the
+    demo's store) through a portal and closes it before returning; training
+    steps go to the demo's store with their provenance. The adapters are
+    trained in place on ``weights.model``; the after-evaluation plays them.
+    ``None`` when ``train_updates`` is 0.
     """
-    log.info("training: skipped — %s", TRAINING_SKIPPED)
-    return None
+    if settings.train_updates == 0:
+        return None
+    from dreamgym.runtime import RuntimeConfig
+    from dreamgym.trainer import TrainConfig, Trainer
+    from dreamgym.trainer._miniwob import MiniWobSides, miniwob_sides
+
+    out = settings.out / "train"
+    shutil.rmtree(out, ignore_errors=True)
+    config = TrainConfig(
+        mode="mixed",
+        updates=settings.train_updates,
+        output_dir=out,
+        group_size=max(2, settings.group_size),
+        groups_per_update=settings.train_groups_per_update,
+        learning_rate=settings.learning_rate,
+        real_share=settings.real_share,
+        seed=settings.seed,
+        report_to=(),
+    )
+    sides = MiniWobSides(
+        store=settings.store_dir,
+        eval_store=out / "eval-store",
+        sim_model=sim_dir,
+        exclude_task_seeds=tuple(held_out_pairs(settings)),
+        runtime=RuntimeConfig(max_steps=settings.max_steps, real_concurrency=settings.real_concurrency),
+        embedder=settings.embedder,
+    )
+    policy = weights.policy(anyio.CapacityLimiter(1), temperature=settings.temperature, seed=settings.seed)
+    trainer = Trainer(
+        config,
+        policy=policy,
+        tasks=_tasks(settings),
+        open_sides=miniwob_sides(sides),
+        train_seeds=settings.train_seeds,
+    )
+    result = trainer.train(resume=False)
+    state = result.state
+    losses = [row["train/loss"] for row in _metric_rows(out) if "train/loss" in row]
+    trained = PolicyWeights(
+        directory=result.final_dir,
+        model=trainer.grpo.model,
+        tokenizer=weights.tokenizer,
+        digest=f"{weights.digest[:12]}+lora-u{state.update}",
+    )
+    metrics = {
+        "train/updates": float(state.update),
+        "train/real_steps": float(state.real_steps),
+        "train/synthetic_steps": float(state.synthetic_steps),
+        "train/real_groups": float(state.real_groups),
+        "train/synthetic_groups": float(state.synthetic_groups),
+        "train/dropped_groups": float(state.dropped_groups),
+        "train/seconds": result.seconds,
+        "train/rollout_seconds": state.rollout_seconds,
+        **({"train/last_loss": float(losses[-1])} if losses else {}),
+    }
+    return TrainOutcome(policy=trained, metrics=metrics)
+
+
+def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
+    import json
+
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _tasks(settings: DemoSettings) -> list[Task]:
+    from dreamgym._cli_train import miniwob_tasks
+
+    return miniwob_tasks(list(settings.tasks), settings.max_steps)
 
 
 async def _store_steps(path: Path) -> dict[str, int]:
