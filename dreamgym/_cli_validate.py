@@ -51,6 +51,7 @@ def add_validate_command(commands: Any) -> None:
     parser.add_argument("--judge-model", default=None, help="the judge's model name")
     parser.add_argument("--judge-episodes", type=int, default=8, help="episodes the judge scores")
     parser.add_argument("--concurrency", type=int, default=8, help="predictions in flight at once")
+    parser.add_argument("--max-new-tokens", type=int, default=384, help="token budget of each prediction")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.json and report.html")
     parser.set_defaults(run=_run_validate)  # fmt: skip
 
@@ -99,6 +100,7 @@ async def _validate(
     import anyio
 
     from dreamgym.cli import _open_store
+    from dreamgym.core.protocols import Sampling
     from dreamgym.core.types import Step, decode_record
     from dreamgym.simulator import OpenAIBackend, load_experience_model
     from dreamgym.validate import ValidationConfig, ablation_variants, validate
@@ -112,7 +114,7 @@ async def _validate(
         steps = [decode_record(data, Step) for _, data in records]
         if chosen:
             steps = [s for s in steps if any(s.task_id == t and seed in (None, s.seed) for t, seed in chosen)]
-        model = load_experience_model(model_dir)
+        model = load_experience_model(model_dir, sampling=Sampling(max_new_tokens=args.max_new_tokens))
         variants = None
         if args.ablations:
             variants = ablation_variants(model, trained_with_reasoning=bool(meta.get("trained_with_reasoning")))

@@ -34,8 +34,8 @@ def held_out_store(path: Path) -> Path:
 @pytest.mark.timeout(900)
 def test_validate_a_tiny_trained_model_with_ablations_and_open_loop(tmp_path: Path, toy_model_dir: Path) -> None:
     held = held_out_store(tmp_path / "held")
-    out = dreamgym("validate", "--store", str(held), "--model", str(toy_model_dir), "--open-loop", "2",
-                   "--ablations", "--limit", "5", "--out", str(tmp_path / "report")).stdout  # fmt: skip
+    out = dreamgym("validate", "--store", str(held), "--model", str(toy_model_dir), "--open-loop", "2", "--ablations",
+                   "--limit", "5", "--max-new-tokens", "96", "--out", str(tmp_path / "report")).stdout  # fmt: skip
     assert "one step on 5 real steps (2 episodes, 1 tasks)" in out and "report.html" in out
     data = json.loads((tmp_path / "report" / "validation.json").read_text())
     assert data["template_id"] == "experience/v1:h1:k2:direct:diff"
@@ -74,22 +74,22 @@ def test_validate_only_the_held_out_pairs_given(tmp_path: Path, toy_model_dir: P
 async def test_validate_on_miniwob_with_a_model_trained_on_it(tmp_path: Path, pool: BrowserPool) -> None:
     """Collect real MiniWoB++ episodes, train an experience model on them, validate it on other seeds."""
     train, held = str(tmp_path / "train"), str(tmp_path / "held")
-    common = ["--tasks", "click-button,enter-text", "--embedder", "hashing-64", "--max-steps", "4"]
+    common = ["--tasks", "click-button,enter-text", "--embedder", "hashing-64", "--max-steps", "3"]
     common += ["--policy", "random"]
     model, report = str(tmp_path / "model"), str(tmp_path / "report")
     commands = [
-        ["collect", "--store", train, *common, "--seeds", "0-5", "--group-size", "2"],
-        ["collect", "--store", held, *common, "--seeds", "100-101"],
-        ["sim", "train", train, "--out", model, "--max-steps", "6"],
-        ["validate", "--store", held, "--retrieval", train, "--model", model, "--open-loop", "3", "--ablations",
-         "--out", report],
+        ["collect", "--store", train, *common, "--seeds", "0-3", "--group-size", "2"],
+        ["collect", "--store", held, *common, "--seeds", "100"],
+        ["sim", "train", train, "--out", model, "--max-steps", "4"],
+        ["validate", "--store", held, "--retrieval", train, "--model", model, "--open-loop", "2", "--ablations",
+         "--max-new-tokens", "48", "--out", report],
     ]  # fmt: skip
     for command in commands:
         out = (await anyio.to_thread.run_sync(lambda command=command: dreamgym(*command))).stdout
     assert "one step on" in out and "2 tasks" in out
     data = json.loads((tmp_path / "report" / "validation.json").read_text())
     assert data["tasks"] == 2 and set(data["by_task"]["model"]) == {"miniwob/click-button", "miniwob/enter-text"}
-    assert data["open_loop"]["model"][0]["n"] == data["episodes"] == 4
+    assert data["open_loop"]["model"][0]["n"] == data["episodes"] == 2
     problems: list[str] = []
     async with pool.context() as lease:
         page = await lease.context.new_page()
