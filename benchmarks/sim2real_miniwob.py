@@ -12,7 +12,7 @@ for each seed, and is evaluated greedily on held-out real seeds:
   most 10% of the real arm's real transitions where whole updates allow it;
 - ``mixed``: ``--mixed-share`` of the groups real.
 
-Each run copies the offline default's store (real transitions the
+Each run (in its own process) copies the offline default's store (real transitions the
 experience model was trained on and retrieves from; collected before, the
 same for every arm, and not counted as any arm's real transitions).
 
@@ -34,6 +34,7 @@ import logging
 import math
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -55,6 +56,9 @@ class Plan:
 def main() -> int:
     args = _arguments()
     logging.basicConfig(level=logging.WARNING)
+    if args.child:
+        print(json.dumps(_run(args, **json.loads(args.child))), flush=True)
+        return 0
     from dreamgym.sim_default import default_model_dir
 
     if not (default_model_dir() / "config.json").exists():
@@ -77,7 +81,7 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     for seed in seeds:
         for arm in ARMS:
-            run = _train(args, plan, arm, seed)
+            run = _spawn(args, plan, arm, seed, plan.updates, f"{arm}-{seed}")
             runs.append(run)
             print(json.dumps({"run": run}), flush=True)
     table = _table(runs, before, plan, args)
@@ -109,6 +113,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--real-step-s", type=float, nargs="+", default=[3.0, 10.0])
     parser.add_argument("--policy-model", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path(".cache/bench/sim2real"))
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)  # one run, in its own process
     return parser.parse_args()
 
 
@@ -166,16 +171,55 @@ def _trainer(
 
 def _probe(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     """Time one real update between two evaluations (the first is the before-figure), and one synthetic update."""
-    real = _trainer(args, plan, "real", 0, 1, args.out / "probe-real", eval_at_start=True).train(resume=False)
-    real_update = real.state.rollout_seconds + _optimizer_seconds(real)
-    synthetic = _trainer(args, plan, "synthetic", 0, 1, args.out / "probe-synthetic").train(resume=False)
-    state = synthetic.state
+    real = _spawn(args, plan, "real", 0, 1, "probe-real", eval_at_start=True)
+    real_update = real["rollout_seconds"] + real["optimizer_seconds"]
+    synthetic = _spawn(args, plan, "synthetic", 0, 1, "probe-synthetic")
     return {
         "real_update_s": round(real_update, 1),
-        "synthetic_update_s": round(state.rollout_seconds + _optimizer_seconds(synthetic), 1),
-        "synthetic_step_s": round(state.rollout_seconds / max(1, state.synthetic_steps), 3),
-        "eval_s": round(max(0.0, (real.seconds - real_update) / 2), 1),
-        "before": real.evaluations[0][1].as_dict(),
+        "synthetic_update_s": round(synthetic["rollout_seconds"] + synthetic["optimizer_seconds"], 1),
+        "synthetic_step_s": round(synthetic["rollout_seconds"] / max(1, synthetic["synthetic_transitions"]), 3),
+        "eval_s": round(max(0.0, (real["seconds"] - real_update) / 2), 1),
+        "before": real["evaluations"][0],
+    }
+
+
+def _spawn(
+    args: argparse.Namespace, plan: Plan, arm: str, seed: int, updates: int, name: str, *, eval_at_start: bool = False
+) -> dict[str, Any]:
+    """One training run in a fresh process (each holds a model and an optimizer; memory returns with the process)."""
+    child = {"arm": arm, "seed": seed, "updates": updates, "tasks": list(plan.tasks), "switch_at": plan.switch_at,
+             "name": name, "eval_at_start": eval_at_start}  # fmt: skip
+    command = [sys.executable, __file__, *sys.argv[1:], "--child", json.dumps(child)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"run {name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _run(
+    args: argparse.Namespace, *, arm: str, seed: int, updates: int, tasks: list[str], switch_at: int, name: str,
+    eval_at_start: bool,
+) -> dict[str, Any]:  # fmt: skip
+    plan = Plan(tuple(tasks), updates, switch_at)
+    trainer = _trainer(args, plan, arm, seed, updates, args.out / name, eval_at_start=eval_at_start)
+    result = trainer.train(resume=False)
+    evaluation = result.evaluations[-1][1]
+    return {
+        "arm": arm,
+        "seed": seed,
+        "updates": result.state.update,
+        "success": evaluation.success_rate,
+        "successes": evaluation.successes,
+        "episodes": evaluation.episodes,
+        "real_transitions": result.state.real_steps,
+        "synthetic_transitions": result.state.synthetic_steps,
+        "model_calls": result.state.model_calls,
+        "dropped_groups": result.state.dropped_groups,
+        "seconds": round(result.seconds, 1),
+        "rollout_seconds": round(result.state.rollout_seconds, 1),
+        "optimizer_seconds": round(_optimizer_seconds(result), 1),
+        "evaluations": [evaluation.as_dict() for _, evaluation in result.evaluations],
     }
 
 
@@ -212,29 +256,8 @@ def _fit(args: argparse.Namespace, plan: Plan, probe: dict[str, Any], seeds: int
 
 
 def _evaluate_only(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
-    result = _trainer(args, plan, "real", 0, 1, args.out / "before", eval_at_start=True).train(resume=False)
-    before: dict[str, Any] = result.evaluations[0][1].as_dict()
+    before: dict[str, Any] = _spawn(args, plan, "real", 0, 1, "before", eval_at_start=True)["evaluations"][0]
     return before
-
-
-def _train(args: argparse.Namespace, plan: Plan, arm: str, seed: int) -> dict[str, Any]:
-    trainer = _trainer(args, plan, arm, seed, plan.updates, args.out / f"{arm}-{seed}")
-    result = trainer.train(resume=False)
-    evaluation = result.evaluations[-1][1]
-    return {
-        "arm": arm,
-        "seed": seed,
-        "updates": result.state.update,
-        "success": evaluation.success_rate,
-        "successes": evaluation.successes,
-        "episodes": evaluation.episodes,
-        "real_transitions": result.state.real_steps,
-        "synthetic_transitions": result.state.synthetic_steps,
-        "model_calls": result.state.model_calls,
-        "dropped_groups": result.state.dropped_groups,
-        "seconds": round(result.seconds, 1),
-        "rollout_seconds": round(result.state.rollout_seconds, 1),
-    }
 
 
 def _table(runs: list[dict[str, Any]], before: dict[str, Any], plan: Plan, args: argparse.Namespace) -> list[Any]:
