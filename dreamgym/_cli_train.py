@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +113,8 @@ def _run_train(args: argparse.Namespace) -> int:
         train_seeds=train_seeds,
         eval_seeds=eval_seeds,
     )
-    result = trainer.train(resume=not args.no_resume)
+    with contextlib.redirect_stdout(sys.stderr):  # TRL prints its logs; stdout carries only the result
+        result = trainer.train(resume=not args.no_resume)
     summary = result.as_dict()
     if args.json:
         print(json.dumps(summary, indent=1))

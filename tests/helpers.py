@@ -1,6 +1,10 @@
-"""Small record builders shared by the tests."""
+"""Small record builders and the command-line runner shared by the tests."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 from dreamgym.core import Observation, Step, parse_action
 
@@ -31,3 +35,16 @@ def make_step(
         reward=0.0,
         experience_model_id="test-model" if source == "synthetic" else "",
     )
+
+
+def dreamgym(
+    *args: str, check: bool = True, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``dreamgym ARGS`` as a user would, in a fresh process; ``check`` fails the test on a non-zero exit."""
+    result = subprocess.run(
+        [sys.executable, "-m", "dreamgym.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    if check and result.returncode != 0:
+        raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result

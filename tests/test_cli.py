@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
-from helpers import make_step
+from helpers import dreamgym, make_step
 
 from dreamgym.core import Task
 from dreamgym.replay import HashingEmbedder, LmdbReplayStore
-
-
-def dreamgym(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], capture_output=True, text=True, timeout=600)
-    if check and result.returncode != 0:
-        raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 def _make_store(path: Path) -> None:

@@ -78,7 +78,8 @@ class TrainConfig:
     eval_at_start: bool = True
     """Also evaluate before the first update (the "before" figure)."""
     save_every: int = 0
-    """Checkpoint every N updates (0: only at the end; sim2real also saves at the switch)."""
+    """Checkpoint every N updates (0: only at the end; sim2real also saves at the switch). A run
+    resumed after its last update trains no further."""
     sim_refit_every: int = 0
     """Refit the experience model on the grown store every N updates (0: never)."""
     curriculum: CurriculumConfig | None = None

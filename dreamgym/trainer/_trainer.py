@@ -270,7 +270,7 @@ class Trainer:
             max_grad_norm=config.max_grad_norm,
             scale_rewards="group",
             logging_steps=1,
-            save_strategy="steps" if config.save_every else "no",
+            save_strategy="steps",  # every save_every updates, and at the last (resume finds a finished run)
             save_steps=config.save_every or config.updates,
             report_to=list(config.report_to),
             use_cpu=True,

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 import toy_form
+from helpers import dreamgym
 from sim_helpers import fill_toy_store, open_store
 
 from dreamgym.simulator import read_metadata
-
-
-def dreamgym(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], capture_output=True, text=True, timeout=600)
-    if check and result.returncode != 0:
-        raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 def make_stores(root: Path) -> tuple[Path, Path]:

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
+from helpers import dreamgym
 from validate_helpers import fill_store, open_store
 
 from dreamgym.bridge import BrowserPool
-
-
-def dreamgym(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "dreamgym.cli", *args], capture_output=True, text=True, timeout=900)
-    if check and result.returncode != 0:
-        raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 def held_out_store(path: Path) -> Path:
