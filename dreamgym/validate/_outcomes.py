@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from dreamgym.core.protocols import Prediction
+from dreamgym.core.state import parse_state
 from dreamgym.core.types import Step
 from dreamgym.simulator import FidelitySummary, StepScore, score_step, summarise_scores
 
@@ -36,6 +37,7 @@ __all__ = [
     "WorstCase",
     "action_error_summary",
     "breakdown",
+    "change_key",
     "depth_key",
     "outcomes_of",
     "reward_confusion",
@@ -82,6 +84,16 @@ def outcomes_of(
 def depth_key(step: Step) -> str:
     """The depth bucket of a step: its index in the episode, ``10+`` from 10 on."""
     return str(step.step_index) if step.step_index < MAX_DEPTH_KEY else f"{MAX_DEPTH_KEY}+"
+
+
+def change_key(step: Step) -> str:
+    """Whether the real page changed: ``"page changed"`` or ``"page unchanged"``.
+
+    The split that says what the "state unchanged" baseline hides: it is right by
+    construction on every unchanged page and can never be right on a changed one.
+    """
+    same = parse_state(step.observation.state) == parse_state(step.next_observation.state)
+    return "page unchanged" if same else "page changed"
 
 
 def breakdown(name: str, outcomes: Iterable[StepOutcome], key: Callable[[Step], str]) -> dict[str, FidelitySummary]:

@@ -170,8 +170,10 @@ def _action_errors(report: ValidationReport) -> list[str]:
 
 
 def _breakdowns(report: ValidationReport) -> list[str]:
-    out = ["<h2>By site, task and step depth</h2>"]
-    for title, table in (("site", report.by_site), ("task", report.by_task), ("step depth", report.by_depth)):
+    out = ["<h2>By site, task, step depth and whether the page changed</h2>"]
+    tables = (("site", report.by_site), ("task", report.by_task), ("step depth", report.by_depth),
+              ("page change", report.by_change))  # fmt: skip
+    for title, table in tables:
         if not table:
             continue
         groups = list(next(iter(table.values())))

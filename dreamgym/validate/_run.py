@@ -48,6 +48,7 @@ from dreamgym.validate._outcomes import (
     WorstCase,
     action_error_summary,
     breakdown,
+    change_key,
     depth_key,
     outcomes_of,
     reward_confusion,
@@ -115,6 +116,8 @@ class ValidationReport:
     by_site: dict[str, dict[str, FidelitySummary]]
     by_task: dict[str, dict[str, FidelitySummary]]
     by_depth: dict[str, dict[str, FidelitySummary]]
+    by_change: dict[str, dict[str, FidelitySummary]]
+    """Steps whose real page changed vs did not (what the unchanged baseline cannot predict)."""
     ablations: dict[str, AblationRow] = field(default_factory=dict)
     open_loop: dict[str, list[DriftPoint]] = field(default_factory=dict)
     judge: JudgeSummary | None = None
@@ -143,6 +146,7 @@ class ValidationReport:
             "by_site": groups(self.by_site),
             "by_task": groups(self.by_task),
             "by_depth": groups(self.by_depth),
+            "by_change": groups(self.by_change),
             "ablations": {
                 name: row.as_dict() if isinstance(row, FidelitySummary) else {"n/a": row}
                 for name, row in self.ablations.items()
@@ -308,6 +312,7 @@ async def validate(
         by_site={name: breakdown(name, rows, lambda s: s.site or "(none)") for name, rows in outcomes.items()},
         by_task={name: breakdown(name, rows, lambda s: s.task_id) for name, rows in outcomes.items()},
         by_depth={name: breakdown(name, rows, depth_key) for name, rows in outcomes.items()},
+        by_change={name: breakdown(name, rows, change_key) for name, rows in outcomes.items()},
         ablations=ablation_rows,
         open_loop=drift,
         judge=judged,

@@ -54,6 +54,9 @@ async def test_a_perfect_simulator_scores_perfectly(tmp_path: Path) -> None:
     assert (errors.n, errors.predicted_error, errors.predicted_unchanged, errors.predicted_reward_zero) == (3, 1, 1, 1)
     assert list(report.by_depth["model"]) == ["0", "1", "2"]
     assert [s.n for s in report.by_depth["model"].values()] == [6, 6, 3]
+    unchanged = report.by_change["unchanged"]  # right on every unchanged page, never on a changed one
+    assert unchanged["page unchanged"].exact_match == 1.0 and unchanged["page changed"].exact_match == 0.0
+    assert sum(s.n for s in report.by_change["model"].values()) == report.steps
     assert list(report.by_site["model"]) == ["toy"] and list(report.by_task["model"]) == ["toy/name"]
     drift = report.open_loop["model"]
     assert [(p.k, p.n, p.running) for p in drift] == [(1, 6, 6), (2, 6, 6), (3, 3, 3)]

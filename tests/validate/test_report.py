@@ -32,7 +32,7 @@ async def test_the_report_files_hold_every_section(tmp_path: Path) -> None:
     assert data["steps"] == 20 and data["one_step"]["model"]["hallucination_rate"] == 0.25
     assert [p["k"] for p in data["open_loop"]["model"]] == [1, 2, 3]
     html = html_path.read_text()
-    for heading in ("One step, teacher-forced", "Reward confusion", "Failed actions", "By site, task and step depth",
+    for heading in ("One step, teacher-forced", "Reward confusion", "Failed actions", "By site, task, step depth and whether the page changed",
                     "Ablations", "Open loop", "Worst cases"):  # fmt: skip
         assert heading in html
     assert html.count("<svg") == 3 + 6 + 3  # confusion per predictor, 2 bars × 3 breakdowns, 3 drift curves
