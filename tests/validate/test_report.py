@@ -35,7 +35,7 @@ async def test_the_report_files_hold_every_section(tmp_path: Path) -> None:
     for heading in ("One step, teacher-forced", "Reward confusion", "Failed actions", "By site, task, step depth and whether the page changed",
                     "Ablations", "Open loop", "Worst cases"):  # fmt: skip
         assert heading in html
-    assert html.count("<svg") == 3 + 6 + 3  # confusion per predictor, 2 bars × 3 breakdowns, 3 drift curves
+    assert html.count("<svg") == 3 + 8 + 3  # confusion per predictor, 2 bars × 4 breakdowns, 3 drift curves
     assert "n/a" in html and "trained without reasoning" in html
     assert '<span class="added">[e99] dialog &quot;Bogus&quot;</span>' in html  # the invented line, marked
     # Self-contained: no script, no fetched asset, a policy that forbids loading any.
@@ -52,7 +52,7 @@ async def test_chromium_opens_the_report_without_console_errors(tmp_path: Path, 
         page.on("pageerror", lambda e: problems.append(str(e)))
         page.on("request", lambda r: problems.append(f"request {r.url}") if r.url != html_path.as_uri() else None)
         await page.goto(html_path.as_uri())
-        assert await page.locator("svg").count() == 12
+        assert await page.locator("svg").count() == 14
         assert await page.locator("div.case").count() == 2
         # The charts have room: every bar and label lies inside its SVG.
         overflow = await page.evaluate(
