@@ -440,3 +440,28 @@ def test_refit_swaps_the_experience_model_for_later_steps(toy_chat: tuple[Any, A
     second = {s.experience_model_id for s in steps if "/u1/" in s.group_id}
     assert all("toy-first" in m for m in first) and all("toy-refit-1" in m for m in second)
     assert "toy-refit-1" in result.state.experience_model_id
+
+
+@pytest.mark.slow
+def test_sft_refit_fine_tunes_the_current_model_on_the_grown_store(
+    tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The real refit: the simulator's SFT continues from the model in use, on the store's real steps."""
+    from dreamgym.replay import HashingEmbedder, LmdbReplayStore
+    from dreamgym.simulator import load_experience_model, read_metadata
+    from dreamgym.trainer import ModelSlot, sft_refit
+
+    _, sim = tiny_models
+    refit = sft_refit(tmp_path / "refits", base=sim, epochs=1, max_length=4096, batch_size=4)
+
+    async def go() -> tuple[str, str]:
+        async with LmdbReplayStore(sim.parent / "store", embedder=HashingEmbedder(64), readonly=True) as store:
+            slot = ModelSlot(load_experience_model(sim, store=store), refit)
+            before = slot.model_id
+            return before, await slot.refit(store)
+
+    before, after = anyio.run(go)
+    assert after != before and (tmp_path / "refits" / "refit-1" / "config.json").exists()
+    metadata = read_metadata(tmp_path / "refits" / "refit-1")
+    assert metadata["refit"] == 1 and metadata["parent"] == str(sim)
+    assert metadata["template"] == read_metadata(sim)["template"]

@@ -32,8 +32,11 @@ async def test_the_report_files_hold_every_section(tmp_path: Path) -> None:
     assert data["steps"] == 20 and data["one_step"]["model"]["hallucination_rate"] == 0.25
     assert [p["k"] for p in data["open_loop"]["model"]] == [1, 2, 3]
     html = html_path.read_text()
-    for heading in ("One step, teacher-forced", "Reward confusion", "Failed actions", "By site, task, step depth and whether the page changed",
-                    "Ablations", "Open loop", "Worst cases"):  # fmt: skip
+    headings = (
+        "One step, teacher-forced", "Reward confusion", "Failed actions",
+        "By site, task, step depth and whether the page changed", "Ablations", "Open loop", "Worst cases",
+    )  # fmt: skip
+    for heading in headings:
         assert heading in html
     assert html.count("<svg") == 3 + 8 + 3  # confusion per predictor, 2 bars × 4 breakdowns, 3 drift curves
     assert "n/a" in html and "trained without reasoning" in html
