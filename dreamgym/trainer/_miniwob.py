@@ -67,7 +67,10 @@ def miniwob_sides(settings: MiniWobSides) -> OpenSides:
                 refit = None
                 if settings.refit_dir is not None:
                     refit = sft_refit(
-                        settings.refit_dir, base=settings.sim_model, exclude_task_seeds=settings.exclude_task_seeds
+                        settings.refit_dir,
+                        base=settings.sim_model,
+                        exclude_task_seeds=settings.exclude_task_seeds,
+                        limiter=limiter,  # refit models share the run's torch slot too
                     )
                 slot = ModelSlot(model, refit)
                 config = SimulatorConfig(

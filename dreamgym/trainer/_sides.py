@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -68,12 +69,14 @@ def sft_refit(
     exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
     max_length: int = 2048,
     batch_size: int = 8,
+    **backend_options: Any,
 ) -> Refit:
     """A :data:`Refit` that fine-tunes the current model on every real transition in the store.
 
     Each refit continues from the last model (the first from ``base``), with
     the template ``base`` was trained on, and writes ``work_dir/refit-N``. The
     held-out pairs stay out of the examples and of retrieval (the leakage rule).
+    ``backend_options`` go to each new model's ``LocalBackend`` (e.g. the run's ``limiter``).
     """
     from dreamgym.simulator import (
         SimTrainConfig,
@@ -100,7 +103,7 @@ def sft_refit(
             )
         )
         last[0] = out
-        return load_experience_model(out, store=store)
+        return load_experience_model(out, store=store, **backend_options)
 
     return refit
 

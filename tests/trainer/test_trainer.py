@@ -452,13 +452,16 @@ def test_sft_refit_fine_tunes_the_current_model_on_the_grown_store(
     from dreamgym.trainer import ModelSlot, sft_refit
 
     _, sim = tiny_models
-    refit = sft_refit(tmp_path / "refits", base=sim, epochs=1, max_length=4096, batch_size=4)
+    limiter = anyio.CapacityLimiter(1)
+    refit = sft_refit(tmp_path / "refits", base=sim, epochs=1, max_length=4096, batch_size=4, limiter=limiter)
 
     async def go() -> tuple[str, str]:
         async with LmdbReplayStore(sim.parent / "store", embedder=HashingEmbedder(64), readonly=True) as store:
             slot = ModelSlot(load_experience_model(sim, store=store), refit)
             before = slot.model_id
-            return before, await slot.refit(store)
+            model_id = await slot.refit(store)
+            assert slot.current.backend._batcher.limiter is limiter  # type: ignore[attr-defined]
+            return before, model_id
 
     before, after = anyio.run(go)
     assert after != before and (tmp_path / "refits" / "refit-1" / "config.json").exists()
