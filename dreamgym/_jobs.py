@@ -19,13 +19,13 @@ import anyio
 
 if TYPE_CHECKING:
     from dreamgym.bridge import MiniWobSite
-    from dreamgym.core.protocols import Embedder, Policy, ReplayStore
+    from dreamgym.core.protocols import Embedder, ExperienceModel, Policy, ReplayStore
     from dreamgym.core.types import Source, Task
     from dreamgym.replay import StoreConfig
     from dreamgym.runtime import GroupSpec, Runtime, RuntimeConfig
     from dreamgym.simulator import SimulatedEnv
 
-__all__ = ["PolicyFactory", "mixed_groups", "open_runtime", "simulator_factory"]
+__all__ = ["PolicyFactory", "grounded_simulator", "mixed_groups", "open_runtime", "simulator_factory"]
 
 PolicyFactory = Callable[[anyio.CapacityLimiter], "Policy"]
 """Makes the runtime's policy, given the limiter that in-process torch work shares."""
@@ -90,14 +90,28 @@ def simulator_factory(
     ``exclude_task_seeds`` are kept out of retrieval (the leakage rule): pass
     every held-out (task, seed).
     """
-    from dreamgym.simulator import SimulatedEnv, SimulatorConfig, load_experience_model
+    from dreamgym.simulator import load_experience_model
 
     model = load_experience_model(model_dir, store=store, limiter=limiter)
-    config = SimulatorConfig(
-        max_steps=max_steps,
-        neighbours=model.config.template.neighbours,
-        exclude_task_seeds=tuple(exclude_task_seeds),
-    )
+    return grounded_simulator(
+        model, store, neighbours=model.config.template.neighbours, max_steps=max_steps,
+        exclude_task_seeds=exclude_task_seeds,
+    )  # fmt: skip
+
+
+def grounded_simulator(
+    model: ExperienceModel,
+    store: ReplayStore,
+    *,
+    neighbours: int,
+    max_steps: int,
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+) -> Callable[[], SimulatedEnv]:
+    """Simulated environments over ``model`` that retrieve ``neighbours`` real transitions from ``store``
+    (the number the model's template was trained with), never the held-out ``exclude_task_seeds``."""
+    from dreamgym.simulator import SimulatedEnv, SimulatorConfig
+
+    config = SimulatorConfig(max_steps=max_steps, neighbours=neighbours, exclude_task_seeds=tuple(exclude_task_seeds))
     return lambda: SimulatedEnv(model, store=store, config=config)
 
 

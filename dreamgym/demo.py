@@ -426,7 +426,7 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
         store=settings.store_dir,
         eval_store=out / "eval-store",
         sim_model=sim_dir,
-        exclude_task_seeds=tuple(held_out_pairs(settings)),
+        exclude_task_seeds=held_out_pairs(settings),
         runtime=RuntimeConfig(max_steps=settings.max_steps, real_concurrency=settings.real_concurrency),
         embedder=settings.embedder,
     )
@@ -486,9 +486,11 @@ async def _store_steps(path: Path) -> dict[str, int]:
 # ---------------------------------------------------------------------- helpers
 
 
-def held_out_pairs(settings: DemoSettings) -> list[tuple[str, int | None]]:
+def held_out_pairs(settings: DemoSettings) -> tuple[tuple[str, int | None], ...]:
     """Every held-out (task id, seed): retrieval must never return them (the leakage rule)."""
-    return [(f"miniwob/{name}", seed) for name in settings.tasks for seed in settings.held_out_seeds]
+    from dreamgym.trainer._miniwob import held_out
+
+    return held_out([f"miniwob/{name}" for name in settings.tasks], settings.held_out_seeds)
 
 
 def _runtime_config(settings: DemoSettings) -> RuntimeConfig:

@@ -43,9 +43,10 @@ def miniwob_sides(settings: MiniWobSides) -> OpenSides:
 
     @asynccontextmanager
     async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
+        from dreamgym._jobs import grounded_simulator
         from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
         from dreamgym.replay import LmdbReplayStore
-        from dreamgym.simulator import SimulatedEnv, SimulatorConfig, load_experience_model
+        from dreamgym.simulator import load_experience_model
 
         site = MiniWobSite()
         async with AsyncExitStack() as stack:
@@ -72,14 +73,11 @@ def miniwob_sides(settings: MiniWobSides) -> OpenSides:
                         exclude_task_seeds=settings.exclude_task_seeds,
                         limiter=limiter,  # refit models share the run's torch slot too
                     )
-                slot = ModelSlot(model, refit)
-                config = SimulatorConfig(
-                    max_steps=runtime.max_steps,
-                    neighbours=model.config.template.neighbours,
-                    exclude_task_seeds=tuple(settings.exclude_task_seeds),
-                )
-                sides.slot = slot
-                sides.synthetic_env = lambda: SimulatedEnv(slot, store=store, config=config)
+                sides.slot = ModelSlot(model, refit)
+                sides.synthetic_env = grounded_simulator(
+                    sides.slot, store, neighbours=model.config.template.neighbours, max_steps=runtime.max_steps,
+                    exclude_task_seeds=settings.exclude_task_seeds,
+                )  # fmt: skip
             yield sides
 
     return open_sides

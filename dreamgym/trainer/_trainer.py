@@ -32,8 +32,8 @@ import math
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -362,14 +362,11 @@ class Trainer:
             )
             for index, (task, source) in enumerate(zip(tasks, sources, strict=True))
         ]
-        model = self.policy.model
-        was_training = model.training
-        model.eval()
         started = time.perf_counter()
         try:
-            results = portal.run_groups(specs)
+            with self._acting():
+                results = portal.run_groups(specs)
         finally:
-            model.train(was_training)
             self.state.rollout_seconds += time.perf_counter() - started
         output = self._to_trl(results, size)
         self.last_rollout = output
@@ -435,8 +432,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ between updates
 
-    def _after_update(self, update: int) -> tuple[bool, bool]:
-        """Run what the schedule asks after update ``update``; returns (save now, stop now)."""
+    def _after_update(self, update: int) -> bool:
+        """Run what the schedule asks after update ``update``; returns whether to checkpoint now."""
         self.state.update = update
         self.policy.mark_version(self._version())
         config = self.config
@@ -451,20 +448,25 @@ class Trainer:
             self._refresh_curriculum()
         if config.eval_every and self.eval_seeds and update % config.eval_every == 0:
             self._evaluate()
-        return save, False
+        return save
+
+    @contextmanager
+    def _acting(self) -> Iterator[None]:
+        """The policy's model in eval mode while it plays episodes (TRL keeps it in train mode)."""
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            yield
+        finally:
+            model.train(was_training)
 
     def _version(self) -> str:
         return f"{self.config.output_dir.name}:u{self.state.update}"
 
     def _evaluate(self) -> EvalResult:
-        portal = self._require_portal()
-        model = self.policy.model
-        was_training = model.training
-        model.eval()
-        try:
-            result = portal.call(self._evaluate_async)
-        finally:
-            model.train(was_training)
+        with self._acting():
+            result = self._require_portal().call(self._evaluate_async)
         self.state.eval_real_steps += result.steps
         self.evaluations.append((self.state.update, result))
         low, high = result.interval
@@ -523,7 +525,6 @@ class Trainer:
             return await self.pool.refresh(backend, config, store=store)
 
         added = self._require_portal().call(refresh)
-        self.state.generated_tasks.extend(msgspec.to_builtins(task) for task in added)
         self._log_metrics(
             {"curriculum/added": len(added), "curriculum/generated": len(self.pool.generated_tasks())},
             kind="curriculum",
@@ -601,8 +602,7 @@ class _Callback(TrainerCallback):
         self.trainer = trainer
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        save, _ = self.trainer._after_update(state.global_step)
-        if save:
+        if self.trainer._after_update(state.global_step):
             control.should_save = True
         return control
 
