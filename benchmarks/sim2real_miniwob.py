@@ -2,8 +2,9 @@
 
     python benchmarks/sim2real_miniwob.py [--budget-s 3600] [--seeds 0,1,2] [--updates 10]
 
-Every arm trains the same policy (SmolLM2-135M-Instruct through LoRA, the
-calibrated chooser) for the same number of updates, from the same start,
+Every arm trains the same policy (SmolLM2-135M-Instruct through LoRA, as an
+``index`` policy: it draws the label token of a listed candidate; a chooser is
+not trainable) for the same number of updates, from the same start,
 for each seed, and is evaluated greedily on held-out real seeds:
 
 - ``real``: every group on real pages in Chromium;
@@ -156,7 +157,7 @@ def _trainer(
     eval_seeds = parse_seeds(args.eval_seeds)
     policy = LocalPolicy.load(
         args.policy_model or smollm2_checkpoint(),
-        config=LocalPolicyConfig(temperature=1.0, seed=seed, list_actions=False),
+        config=LocalPolicyConfig(mode="index", temperature=1.0, seed=seed, list_actions=False),
     )
     sides = MiniWobSides(
         store=root / "store",

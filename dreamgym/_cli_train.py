@@ -32,6 +32,11 @@ def add_train_command(commands: Any) -> None:
     train.add_argument("--lora-r", type=int, default=16, help="LoRA rank; 0 trains every weight")
     train.add_argument("--max-steps", type=int, default=6, help="step limit of an episode")
     train.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature")
+    train.add_argument(
+        "--policy-mode", choices=("index", "generate"), default="index",
+        help="index: draw the label token of a listed candidate (adds the labels to a model without them); "
+        "generate: sample a tagged reply. A chooser is not trainable",
+    )  # fmt: skip
     train.add_argument("--eval-every", type=int, default=0, help="evaluate every N updates (and at start and end)")
     train.add_argument("--save-every", type=int, default=0, help="checkpoint every N updates (and at the end)")
     train.add_argument("--sim-refit-every", type=int, default=0, help="refit the experience model every N updates")
@@ -93,9 +98,10 @@ def _run_train(args: argparse.Namespace) -> int:
         print(f"note: {args.store} is new; the simulator will write first pages itself. Collect real steps first "
               "(dreamgym collect) to start groups from real pages and ground retrieval.")  # fmt: skip
     policy_dir = args.policy_model or smollm2_checkpoint()
-    policy = LocalPolicy.load(
-        policy_dir, config=LocalPolicyConfig(temperature=args.temperature, seed=args.seed, list_actions=False)
+    policy_config = LocalPolicyConfig(
+        mode=args.policy_mode, temperature=args.temperature, seed=args.seed, list_actions=False
     )
+    policy = LocalPolicy.load(policy_dir, config=policy_config)
     tasks = miniwob_tasks(names, args.max_steps)
     sides = MiniWobSides(
         store=args.store,

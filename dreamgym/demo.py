@@ -181,22 +181,27 @@ class PolicyWeights:
     def load(cls, directory: Path) -> PolicyWeights:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from dreamgym.agents import add_index_tokens
         from dreamgym.simulator import weights_digest
 
         model = AutoModelForCausalLM.from_pretrained(str(directory))
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
-        return cls(directory=directory, model=model, tokenizer=tokenizer, digest=weights_digest(directory))
+        digest = weights_digest(directory)
+        if add_index_tokens(model, tokenizer):
+            digest = f"{digest[:12]}+labels"
+        return cls(directory=directory, model=model, tokenizer=tokenizer, digest=digest)
 
     def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
-        """The chooser over the page's candidate actions, sharing ``limiter`` with the other torch work.
+        """The ``index`` policy over the page's listed candidates, sharing ``limiter`` with the other torch work.
 
-        The chooser scores the candidates the page offers, so its system message
-        need not list the action definitions: without them SmolLM2's prompt
-        shrinks from ~650 to ~230 tokens, and a step costs several times less.
+        It draws the label token of one candidate from its full softmax, so
+        what it records is exactly what GRPO trains (a chooser is not
+        trainable). The candidates are listed in the prompt, so the system
+        message need not list the action definitions.
         """
         from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 
-        config = LocalPolicyConfig(mode="choose", temperature=temperature, seed=seed, list_actions=False)
+        config = LocalPolicyConfig(mode="index", temperature=temperature, seed=seed, list_actions=False)
         return LocalPolicy(
             self.model, self.tokenizer, name=self.directory.name, digest=self.digest, config=config, limiter=limiter
         )

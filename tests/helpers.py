@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
+from typing import Any
 
-from dreamgym.core import Observation, Step, parse_action
+from dreamgym.agents import INDEX_TOKENS
+from dreamgym.core import Observation, Step, Task, parse_action
 
 
 def make_step(
@@ -48,3 +51,34 @@ def dreamgym(
     if check and result.returncode != 0:
         raise AssertionError(f"dreamgym {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def warm_index_labels(model: Any, tokenizer: Any, task: Task, pages: Sequence[Observation], *, steps: int = 30) -> None:
+    """Teach a fresh tiny ``index`` policy where its answers live (in place, a few Adam steps).
+
+    A randomly initialised model spreads its first token over the whole
+    vocabulary, so almost every draw labels no choice. This raises the
+    probability of the page's label tokens, taken together, after each page's
+    first prompt, leaving the choice among them to the model: the tests'
+    stand-in for a warm start.
+    """
+    import torch
+
+    from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+
+    policy = LocalPolicy(model, tokenizer, digest="warm", config=LocalPolicyConfig(mode="index"))
+    rows = []
+    for page in pages:
+        labels = [policy.turns.encode(label)[0] for label in INDEX_TOKENS[: len(policy.choices(task, page))]]
+        rows.append((policy.input_ids(task, [], page), labels))
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = torch.zeros(())
+        for ids, labels in rows:
+            logprobs = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].float(), dim=-1)
+            loss = loss - torch.logsumexp(logprobs[labels], dim=0)
+        optimizer.zero_grad()
+        (loss / len(rows)).backward()
+        optimizer.step()
+    model.eval()

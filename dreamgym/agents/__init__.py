@@ -3,8 +3,9 @@
 - :class:`ChatAgent`: any text backend (an OpenAI-compatible server, a local
   model) asked for ``<think>…</think><action>…</action>``, parsed strictly.
 - :class:`LocalPolicy`: an in-process causal LM that chooses among the
-  state's candidate actions (:class:`CandidateScore`) or generates, and
-  returns each turn's token ids and log-probabilities for the trainer;
+  state's candidate actions (:class:`CandidateScore`), draws the label token
+  of a listed one (:data:`INDEX_TOKENS`, :func:`add_index_tokens`) or
+  generates, and returns each turn's token ids and log-probabilities for the trainer;
   :func:`sequence_ids`, :func:`link_turns` and :func:`episode_sequence` turn
   an episode's records into the trainer's input.
 - :class:`RandomExplorer`: a uniform choice among the candidate actions
@@ -16,7 +17,9 @@
 
 from dreamgym.agents._chat import ChatAgent, ChatAgentConfig
 from dreamgym.agents._local import CandidateScore, LocalPolicy, LocalPolicyConfig
+from dreamgym.agents._model import WeightsVersion, add_index_tokens
 from dreamgym.agents._prompt import (
+    INDEX_TOKENS,
     AnswerFormat,
     agent_messages,
     parse_agent_answer,
@@ -28,6 +31,7 @@ from dreamgym.agents._tokens import EpisodeSequence, episode_sequence, link_turn
 from dreamgym.agents.explorer import RandomExplorer
 
 __all__ = [
+    "INDEX_TOKENS",
     "AnswerFormat",
     "CandidateScore",
     "ChatAgent",
@@ -36,6 +40,8 @@ __all__ = [
     "LocalPolicy",
     "LocalPolicyConfig",
     "RandomExplorer",
+    "WeightsVersion",
+    "add_index_tokens",
     "agent_messages",
     "episode_sequence",
     "link_turns",

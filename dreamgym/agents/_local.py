@@ -1,12 +1,27 @@
 """The local policy: an in-process transformers causal LM that returns token records with its actions.
 
-Two modes. ``choose`` (the default) scores every candidate action of the
-state (:func:`~dreamgym.core.actions.candidate_actions`, labelled with the
-element's name) by the sum of its tokens' log-likelihoods after the prompt,
-less the same sum after the prompt without its goal (``calibrate``), then
-samples one from ``softmax(scores / temperature)``: a small chat model
-chooses well where it cannot follow a format when asked to generate.
-``generate`` samples a ``<think>…</think><action>…</action>`` reply.
+Three modes.
+
+- ``choose`` (the default) scores every candidate action of the state
+  (:func:`~dreamgym.core.actions.candidate_actions`, labelled with the
+  element's name) by the sum of its tokens' log-likelihoods after the prompt,
+  less the same sum after the prompt without its goal (``calibrate``), then
+  samples one from ``softmax(scores / temperature)``: a small chat model
+  chooses well where it cannot follow a format when asked to generate. Its
+  draw is over candidates, not tokens, so it is **not trainable** by the
+  trainer (which differentiates token log-probabilities); its token records
+  hold the candidate's token log-likelihoods at temperature 1, for reading.
+- ``index`` lists the candidates in the user message behind label tokens
+  (:data:`~dreamgym.agents.INDEX_TOKENS`) and draws one token from the model's
+  full ``softmax(logits / temperature)``: one forward pass per decision, and
+  the recorded log-probability is exactly what GRPO differentiates. A token
+  that labels no listed choice is an invalid action (data, never raised).
+- ``generate`` samples a ``<think>…</think><action>…</action>`` reply token
+  by token at ``temperature``.
+
+In ``index`` and ``generate`` modes each drawn token is recorded with
+``log_softmax(logits / temperature)`` of it; an end of turn the policy
+appends without drawing it is flagged 0 in ``PolicyTokens.action_mask``.
 
 The token record follows :mod:`dreamgym.agents._tokens`: each turn's ids
 are appended to one sequence per episode, which is rebuilt on every turn
@@ -14,12 +29,13 @@ from the token records of ``history`` (so it survives steps stored and read
 back, and any number of concurrent episodes; no per-episode state is kept).
 
 Every prompt starts with the same system turn, whose KV cache is kept and
-reused (made again whenever the weights change, e.g. trained in place).
-Concurrent :meth:`LocalPolicy.act` calls are batched: the first caller to find
-the model idle leads, waits ``batch_window_s`` for others, and runs every
-prompt of the batch through one forward pass (identical prompts, as in a
-GRPO group's first turn, once) and all their candidates, packed behind their
-prompts, through the next.
+reused, and made again whenever the weights change: whoever changes them
+calls :meth:`LocalPolicy.weights_changed` (the trainer does after every
+optimizer step and checkpoint restore). Concurrent :meth:`LocalPolicy.act`
+calls are batched: the first caller to find the model idle leads, waits
+``batch_window_s`` for others, and runs every prompt of the batch through one
+forward pass (identical prompts, as in a GRPO group's first turn, once) and,
+for a chooser, all their candidates, packed behind their prompts, through the next.
 """
 
 from __future__ import annotations
@@ -28,16 +44,24 @@ import logging
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 
-from dreamgym.agents._model import PromptHead, generate_reply, model_digest, score_candidates
-from dreamgym.agents._prompt import AnswerFormat, parse_agent_answer, system_message
+from dreamgym.agents._model import (
+    PromptHead,
+    WeightsVersion,
+    add_index_tokens,
+    draw_tokens,
+    generate_reply,
+    model_digest,
+    score_candidates,
+)
+from dreamgym.agents._prompt import INDEX_TOKENS, AnswerFormat, parse_agent_answer, system_message
 from dreamgym.agents._tokens import ChatTurns, turn_prefix
-from dreamgym.core.actions import candidate_actions, stop
+from dreamgym.core.actions import candidate_actions, invalid_action, stop
 from dreamgym.core.batching import ThreadBatcher
 from dreamgym.core.errors import BackendError, ConfigError
 from dreamgym.core.protocols import PolicyDecision
@@ -53,13 +77,14 @@ log = logging.getLogger(__name__)
 class LocalPolicyConfig:
     """How :class:`LocalPolicy` decides."""
 
-    mode: Literal["choose", "generate"] = "choose"
-    """``choose``: score the state's candidate actions; ``generate``: sample a tagged reply."""
+    mode: Literal["choose", "generate", "index"] = "choose"
+    """``choose``: score the state's candidate actions (not trainable); ``index``: draw the label
+    token of one listed candidate; ``generate``: sample a tagged reply."""
     temperature: float = 1.0
-    """``choose``: of ``softmax(scores / temperature)``; ``generate``: of each token.
-    0 takes the best candidate (the most likely token). Recorded log-probabilities
-    are at temperature 1 either way. Keep it above 0 for GRPO: a greedy policy
-    makes every episode of a group the same."""
+    """``choose``: of ``softmax(scores / temperature)``; ``index`` and ``generate``: of each
+    drawn token, whose recorded log-probability is ``log_softmax(logits / temperature)``
+    (the trainer sets TRL's temperature to this). 0 takes the best candidate (the most likely
+    token). Keep it above 0 for GRPO: a greedy policy makes every episode of a group the same."""
     seed: int | None = None
     """Seeds the policy's random generators: the same calls in the same order
     make the same choices. ``None`` seeds from the system."""
@@ -85,8 +110,8 @@ class LocalPolicyConfig:
     many times the vocabulary size in floats (200 MB for SmolLM2 at 1024)."""
 
     def __post_init__(self) -> None:
-        if self.mode not in ("choose", "generate"):
-            raise ConfigError(f"LocalPolicyConfig.mode must be 'choose' or 'generate', not {self.mode!r}")
+        if self.mode not in ("choose", "generate", "index"):
+            raise ConfigError(f"LocalPolicyConfig.mode must be 'choose', 'generate' or 'index', not {self.mode!r}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ConfigError(f"LocalPolicyConfig.temperature must be a finite number >= 0, got {self.temperature}")
         if self.max_new_tokens < 1 or self.max_batch < 1 or self.max_pass_tokens < 1:
@@ -94,7 +119,12 @@ class LocalPolicyConfig:
 
     @property
     def answer_format(self) -> AnswerFormat:
-        return "action" if self.mode == "choose" else "tagged"
+        return {"choose": "action", "generate": "tagged", "index": "index"}[self.mode]  # type: ignore[return-value]
+
+    @property
+    def trainable(self) -> bool:
+        """Whether what the policy records is the log-probability it drew each action with (not a chooser)."""
+        return self.mode != "choose"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +171,9 @@ class LocalPolicy:
 
     Note that a chooser samples from its softmax over candidates, so the
     recorded token log-probabilities are the model's, not the probability of
-    the draw; the draw's probability is in ``PolicyDecision.reasoning``.
+    the draw (the draw's probability is in ``PolicyDecision.reasoning``): a
+    chooser is not trainable. ``index`` and ``generate`` policies record the
+    log-probability of every token they drew, at their temperature.
 
     ``policy_id`` is ``local:{name}@{digest[:16]}/{mode}``, recorded on every step.
 
@@ -154,9 +186,12 @@ class LocalPolicy:
             for a directory); ``None`` hashes the model's parameters.
         config: Mode, temperature, seed, batching.
         limiter: Shared cap on in-process torch work; one slot by default.
+        weights: The count of the model's weight changes, shared with other
+            policies over the same model (:meth:`sibling` shares it).
 
     Raises:
-        ConfigError: The tokenizer's chat template cannot make an append-only record.
+        ConfigError: The tokenizer's chat template cannot make an append-only
+            record, or an ``index`` policy's tokenizer lacks the label tokens.
 
     Example:
         >>> policy = LocalPolicy.load("~/.cache/dreamgym/smollm2-135m-instruct", config=LocalPolicyConfig(seed=0))
@@ -173,11 +208,13 @@ class LocalPolicy:
         digest: str | None = None,
         config: LocalPolicyConfig | None = None,
         limiter: anyio.CapacityLimiter | None = None,
+        weights: WeightsVersion | None = None,
     ) -> None:
         import torch
 
         self.config = config or LocalPolicyConfig()
-        self.model = model.eval()
+        self.weights = weights or WeightsVersion()
+        self._model = model.eval()
         self.tokenizer = tokenizer
         self.turns = ChatTurns(tokenizer)
         self.name = name
@@ -185,7 +222,8 @@ class LocalPolicy:
         self.version = ""
         self.policy_id = self._policy_id()
         self.system = system_message(self.config.answer_format, list_actions=self.config.list_actions)
-        self._head = PromptHead(self.turns.head_ids(self.system))
+        self._index_of = self._label_ids() if self.config.mode == "index" else {}
+        self._head = PromptHead(self.turns.head_ids(self.system), self.weights)
         self._rng = random.Random(self.config.seed)
         self._generator = torch.Generator()
         if self.config.seed is None:
@@ -197,6 +235,63 @@ class LocalPolicy:
             self._run_batch, max_batch=self.config.max_batch, window_s=self.config.batch_window_s, limiter=limiter
         )
 
+    @property
+    def model(self) -> Any:
+        """The causal LM; replacing it (a trainer wraps it in adapters) counts as a weight change."""
+        return self._model
+
+    @model.setter
+    def model(self, model: Any) -> None:
+        self._model = model
+        self.weights.bump()
+
+    def weights_changed(self) -> None:
+        """Say that the model's weights changed in place (an optimizer step, a restore, a refit).
+
+        Every cache of weights-derived values (the prompt head's KV) is made
+        again on next use, for this policy and every :meth:`sibling`.
+        """
+        self.weights.bump()
+
+    def sibling(self, **changes: Any) -> LocalPolicy:
+        """A policy over the same model, tokenizer, weight count and torch limiter, with ``changes``
+        to the config (e.g. ``temperature=0`` for greedy evaluation)."""
+        return LocalPolicy(
+            self._model,
+            self.tokenizer,
+            name=self.name,
+            digest=self.digest,
+            config=replace(self.config, **changes),
+            limiter=self.limiter,
+            weights=self.weights,
+        )
+
+    def _label_ids(self) -> dict[int, int]:
+        """Token id -> choice index of the label tokens; each must be one token of the tokenizer."""
+        found: dict[int, int] = {}
+        for index, label in enumerate(INDEX_TOKENS):
+            ids = self.turns.encode(label)
+            if len(ids) != 1:
+                raise ConfigError(
+                    f"an index policy needs each label token ({label!r}, ...) to be one token of its tokenizer; "
+                    "add them with dreamgym.agents.add_index_tokens(model, tokenizer) (and train the model on them)"
+                )
+            found[ids[0]] = index
+        return found
+
+    def choices(self, task: Task, observation: Observation) -> tuple[Action, ...]:
+        """The candidate actions an ``index`` or ``choose`` policy picks among on ``observation``.
+
+        An ``index`` policy offers the first :data:`~dreamgym.agents.INDEX_TOKENS`
+        of them; a page without any offers ``stop`` alone.
+        """
+        instruction = observation.goal or task.instruction
+        state = parse_state(observation.state)
+        found = candidate_actions(state, instruction, include_scroll=self.config.include_scroll)
+        if self.config.mode == "index":
+            found = found[: len(INDEX_TOKENS)]
+        return found or (stop(""),)
+
     def _policy_id(self) -> str:
         version = f"+{self.version}" if self.version else ""
         return f"local:{self.name}@{self.digest[:16]}{version}/{self.config.mode}"
@@ -204,6 +299,10 @@ class LocalPolicy:
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> LocalPolicy:
         """Load a model directory (weights, tokenizer and chat template).
+
+        An ``index`` policy whose tokenizer lacks the label tokens gets them
+        (:func:`~dreamgym.agents.add_index_tokens`, logged): its ``name`` then
+        ends in ``+labels``, since the model is no longer the directory's.
 
         Raises:
             ConfigError: There is no model directory at ``path``.
@@ -218,7 +317,16 @@ class LocalPolicy:
         kwargs.setdefault("name", root.name)
         kwargs.setdefault("digest", weights_digest(root))
         model = AutoModelForCausalLM.from_pretrained(str(root))
-        return cls(model, AutoTokenizer.from_pretrained(str(root)), **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(str(root))
+        config = kwargs.get("config")
+        if config is not None and config.mode == "index" and add_index_tokens(model, tokenizer):
+            log.warning(
+                "%s has no label tokens: added %d; an index policy picks near chance until trained on them",
+                root,
+                len(INDEX_TOKENS),
+            )
+            kwargs["name"] = f"{kwargs['name']}+labels"
+        return cls(model, tokenizer, **kwargs)
 
     def mark_version(self, version: str) -> None:
         """Name weights trained in place without re-hashing them: ``policy_id`` gains ``+version``.
@@ -286,6 +394,8 @@ class LocalPolicy:
         try:
             if self.config.mode == "choose":
                 self._choose(ready)
+            elif self.config.mode == "index":
+                self._pick(ready)
             else:
                 for request in ready:
                     self._generate(request)
@@ -300,14 +410,14 @@ class LocalPolicy:
         try:
             request.prefix, request.added = self._prefix(request)
             if self.config.mode == "choose":
-                instruction = request.observation.goal or request.task.instruction
-                state = parse_state(request.observation.state)
-                request.candidates = candidate_actions(state, instruction, include_scroll=self.config.include_scroll)
-                request.candidates = request.candidates or (stop(""),)
+                request.candidates = self.choices(request.task, request.observation)
                 request.candidate_ids = [tuple(self.turns.reply_ids(str(a))) for a in request.candidates]
                 if self.config.calibrate:
                     request.baseline = self._prefix(request, goal="")[0]
+            elif self.config.mode == "index":
+                request.candidates = self.choices(request.task, request.observation)
             reply = max((len(c) for c in request.candidate_ids), default=self.config.max_new_tokens + 1)
+            reply = 2 if self.config.mode == "index" else reply
             self._check_context(max(len(request.prefix), len(request.baseline)) + reply)
         except Exception as exc:
             request.error = exc
@@ -323,6 +433,7 @@ class LocalPolicy:
             request.observation,
             self.config.answer_format,
             goal=goal,
+            choices=self.choices if self.config.mode == "index" else None,
         )
 
     def _check_context(self, length: int) -> None:
@@ -400,11 +511,48 @@ class LocalPolicy:
             pick = self._rng.choices(range(len(scores)), weights=probabilities)[0]
         return pick, probabilities[pick]
 
+    def _pick(self, requests: list[_Request]) -> None:
+        """Draw one token per request from the full softmax at the temperature; its label names the choice."""
+        if not requests:
+            return
+        drawn = draw_tokens(
+            self.model,
+            [request.prefix for request in requests],
+            pad_id=self._pad,
+            temperature=self.config.temperature,
+            generator=self._generator,
+            head=self._head,
+        )
+        eos = self.turns.eos_id
+        for request, (token, logprob) in zip(requests, drawn, strict=True):
+            index = self._index_of.get(token)
+            if index is not None and index < len(request.candidates):
+                action = request.candidates[index]
+            else:
+                text = self.tokenizer.decode([token], skip_special_tokens=False)
+                action = invalid_action(
+                    text, f"the answer {text!r} labels none of the {len(request.candidates)} listed choices"
+                )
+            ids: tuple[int, ...]
+            logprobs: tuple[float, ...]
+            sampled: tuple[int, ...]
+            if token == eos:  # the turn ended without a choice: nothing appended
+                ids, logprobs, sampled = (token,), (logprob,), (1,)
+            else:
+                ids, logprobs, sampled = (token, eos), (logprob, 0.0), (1, 0)
+            request.decision = PolicyDecision(
+                action=action,
+                tokens=PolicyTokens(
+                    prompt_ids=tuple(request.added), action_ids=ids, action_logprobs=logprobs, action_mask=sampled
+                ),
+                reasoning=f"drew {action} (p={math.exp(logprob):.3f}) among {len(request.candidates)} choices",
+            )
+
     def _generate(self, request: _Request) -> None:
         def finished(ids: list[int]) -> bool:
             return "</action>" in self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
 
-        ids, logprobs = generate_reply(
+        ids, logprobs, sampled = generate_reply(
             self.model,
             request.prefix,
             eos_id=self.turns.eos_id,
@@ -419,7 +567,10 @@ class LocalPolicy:
         request.decision = PolicyDecision(
             action=action,
             tokens=PolicyTokens(
-                prompt_ids=tuple(request.added), action_ids=tuple(ids), action_logprobs=tuple(logprobs)
+                prompt_ids=tuple(request.added),
+                action_ids=tuple(ids),
+                action_logprobs=tuple(logprobs),
+                action_mask=tuple(sampled),
             ),
             reasoning=reasoning,
         )

@@ -1,10 +1,16 @@
-"""The policy's torch work: scoring candidate replies after shared prefixes, and sampling a reply.
+"""The policy's torch work: scoring candidate replies after shared prefixes, sampling a reply, drawing one token.
 
-Both run in a worker thread under ``torch.inference_mode``. Every
-log-probability is the log-softmax of the model's logits at temperature 1,
-the quantity TRL recomputes for the policy's tokens (with
-``GRPOConfig.temperature=1``); a sampling temperature changes which reply is
-drawn, never what is recorded.
+All of it runs in a worker thread under ``torch.inference_mode``. A sampled
+token's recorded log-probability is the one it was drawn with,
+``log_softmax(logits / T)`` at the sampling temperature ``T``: the quantity
+TRL recomputes when ``GRPOConfig.temperature`` is that ``T``. A greedy draw
+(``T = 0``) records ``log_softmax(logits)``. Tokens appended without being
+drawn are flagged 0 in the returned mask.
+
+Caches of weights-derived values (the prompt head's KV) are keyed by an
+explicit :class:`WeightsVersion` that every weight change bumps, never by a
+tensor implementation detail: optimizers such as torch's fused AdamW update
+parameters in place without bumping ``tensor._version``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PromptHead", "generate_reply", "model_digest", "score_candidates", "weights_version"]
+__all__ = [
+    "PromptHead",
+    "WeightsVersion",
+    "add_index_tokens",
+    "draw_tokens",
+    "generate_reply",
+    "model_digest",
+    "score_candidates",
+]
 
 
 def model_digest(model: Any) -> str:
@@ -33,23 +47,49 @@ def model_digest(model: Any) -> str:
     return digest.hexdigest()
 
 
-def weights_version(model: Any) -> tuple[tuple[int, int], ...]:
-    """Changes whenever a parameter is replaced or modified in place (an optimizer step, a load)."""
-    return tuple((id(p), int(getattr(p, "_version", 0))) for p in model.parameters())
+def add_index_tokens(model: Any, tokenizer: Any) -> int:
+    """Make each of :data:`~dreamgym.agents.INDEX_TOKENS` one token of ``tokenizer`` and grow ``model``'s
+    embeddings to match; returns how many were added (0 when they are there already).
+
+    The new embeddings start at the mean of the old ones: an ``index`` policy
+    made this way picks near chance until it is trained on the labels.
+    """
+    from dreamgym.agents._prompt import INDEX_TOKENS
+
+    added = int(tokenizer.add_tokens(list(INDEX_TOKENS), special_tokens=True))
+    if added:
+        model.resize_token_embeddings(len(tokenizer))
+    return added
+
+
+class WeightsVersion:
+    """An explicit count of a model's weight changes, shared by everything that caches what the weights give.
+
+    Whoever changes the weights bumps it: the trainer after each optimizer
+    step, after restoring a checkpoint or loading adapters; a policy when its
+    model is replaced.
+    """
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value += 1
 
 
 class PromptHead:
     """The ids every prompt of a policy starts with (its system turn), with their KV cache.
 
-    The cache is made on first use and made again whenever the model's
-    weights have changed since (see :func:`weights_version`), so a policy
-    trained in place never scores against stale keys and values.
+    The cache is made on first use and made again whenever the model or the
+    :class:`WeightsVersion` it was made under has changed, so a policy trained
+    in place never scores against stale keys and values.
     """
 
-    def __init__(self, ids: Sequence[int]) -> None:
+    def __init__(self, ids: Sequence[int], weights: WeightsVersion | None = None) -> None:
         self.ids = tuple(ids)
+        self.weights = weights or WeightsVersion()
         self._cache: Any = None
-        self._version: tuple[tuple[int, int], ...] = ()
+        self._key: tuple[int, int] = (0, -1)
 
     def starts(self, prefixes: Sequence[Sequence[int]]) -> bool:
         """Whether every prefix starts with the head and goes on past it."""
@@ -61,11 +101,11 @@ class PromptHead:
         import torch
         from transformers import DynamicCache
 
-        version = weights_version(model)
-        if self._cache is None or version != self._version:
+        key = (id(model), self.weights.value)
+        if self._cache is None or key != self._key:
             cache = DynamicCache(config=model.config)
             model(input_ids=torch.tensor([list(self.ids)]), cache=cache, use_cache=True, logits_to_keep=1)
-            self._cache, self._version = cache, version
+            self._cache, self._key = cache, key
         return copy.deepcopy(self._cache)
 
 
@@ -243,6 +283,18 @@ def _score_packed(
     return scores
 
 
+def _sampled(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> tuple[int, float]:
+    """Draw a token from ``softmax(logits / temperature)`` (the best one at 0); returns it and its log-probability."""
+    import torch
+
+    if temperature == 0:
+        token = int(torch.argmax(logits))
+        return token, float(torch.log_softmax(logits, dim=-1)[token])
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    token = int(torch.multinomial(logprobs.exp(), 1, generator=generator))
+    return token, float(logprobs[token])
+
+
 def generate_reply(
     model: Any,
     prefix: Sequence[int],
@@ -253,18 +305,22 @@ def generate_reply(
     generator: torch.Generator,
     finished: Callable[[list[int]], bool],
     head: PromptHead | None = None,
-) -> tuple[list[int], list[float]]:
-    """Sample a reply after ``prefix`` until ``eos_id``; returns its ids (ending with EOS) and their log-probabilities.
+) -> tuple[list[int], list[float], list[int]]:
+    """Sample a reply after ``prefix`` until ``eos_id``; returns its ids (ending with EOS), their log-probabilities
+    and which of them were sampled.
 
-    When ``finished(ids)`` says the reply is complete, or ``max_new_tokens``
-    ran out, the EOS is appended as the next token (with the model's
-    log-probability of it there), so every reply ends its turn.
+    Each token is drawn from ``softmax(logits / temperature)`` and recorded
+    with its log-probability under that distribution. When ``finished(ids)``
+    says the reply is complete, or ``max_new_tokens`` ran out, the EOS is
+    appended without being drawn (flag 0, log-probability 0.0), so every reply
+    ends its turn and only drawn tokens are trained.
     """
     import torch
     from transformers import DynamicCache
 
     ids: list[int] = []
     logprobs: list[float] = []
+    sampled: list[int] = []
     with torch.inference_mode():
         start, cache = 0, DynamicCache(config=model.config)
         if head is not None and head.starts([prefix]):
@@ -273,15 +329,36 @@ def generate_reply(
         positions = torch.arange(start, len(prefix)).unsqueeze(0)
         logits = model(input_ids=ids_in, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits
         while True:
-            step = logits[0, -1].float()
             if len(ids) >= max_new_tokens or (ids and finished(ids)):
-                token = eos_id
-            elif temperature == 0:
-                token = int(torch.argmax(step))
-            else:
-                token = int(torch.multinomial(torch.softmax(step / temperature, dim=-1), 1, generator=generator))
+                ids.append(eos_id)
+                logprobs.append(0.0)
+                sampled.append(0)
+                return ids, logprobs, sampled
+            token, logprob = _sampled(logits[0, -1].float(), temperature, generator)
             ids.append(token)
-            logprobs.append(float(torch.log_softmax(step, dim=-1)[token]))
+            logprobs.append(logprob)
+            sampled.append(1)
             if token == eos_id:
-                return ids, logprobs
+                return ids, logprobs, sampled
             logits = model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True).logits
+
+
+def draw_tokens(
+    model: Any,
+    prefixes: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    temperature: float,
+    generator: torch.Generator,
+    head: PromptHead | None = None,
+) -> list[tuple[int, float]]:
+    """One token after each prefix, drawn from the full ``softmax(logits / temperature)``, with its log-probability.
+
+    The prefixes run together in one forward pass (shared parts once, the
+    head's cache reused), as :func:`score_candidates` runs them.
+    """
+    import torch
+
+    with torch.inference_mode():
+        _, last, _, _ = _prefill(model, prefixes, pad_id, head)
+        return [_sampled(last[n].float(), temperature, generator) for n in range(len(prefixes))]

@@ -7,6 +7,9 @@ Two answer formats:
   whose content :func:`~dreamgym.core.actions.parse_action` accepts; anything
   else becomes an invalid action (data, with the reason), never an exception.
 - ``"action"`` (choosers that score candidates): the answer is one action, bare.
+- ``"index"`` (policies that pick a listed choice): the user message lists the
+  page's candidate actions, each behind a label token of :data:`INDEX_TOKENS`
+  (``<a0> click [e5] "Yes"``), and the answer is one label token.
 
 A user message shows optionally the last actions taken, the observation as
 :func:`render_observation` writes it (URL, tabs, focus, the last action's
@@ -24,17 +27,25 @@ from dreamgym.core.protocols import ChatMessage
 from dreamgym.core.types import Action, Observation, Step, Task
 
 __all__ = [
+    "INDEX_TOKENS",
     "AnswerFormat",
     "agent_messages",
     "assistant_text",
+    "choice_lines",
     "parse_agent_answer",
     "render_observation",
     "system_message",
     "user_message",
 ]
 
-AnswerFormat = Literal["tagged", "action"]
-"""How the policy answers: ``tagged`` (think + action tags) or ``action`` (one bare action)."""
+AnswerFormat = Literal["tagged", "action", "index"]
+"""How the policy answers: ``tagged`` (think + action tags), ``action`` (one bare action) or
+``index`` (the label token of one listed choice)."""
+
+INDEX_TOKENS: tuple[str, ...] = tuple(f"<a{n}>" for n in range(64))
+"""The label tokens of an ``index`` policy's choices, in order: each must be one token of its
+tokenizer (:func:`dreamgym.agents.add_index_tokens` adds them). A page's candidates past the
+64th are not offered."""
 
 _ROLE = (
     "You are a web agent. You see a web page as an accessibility tree, one element per line, "
@@ -47,6 +58,7 @@ _FORMATS: dict[str, str] = {
         'e.g. <think>The goal asks for "Yes".</think><action>click [e5] "Yes"</action>'
     ),
     "action": 'Answer with exactly one action and nothing else, e.g. click [e5] "Yes"',
+    "index": "Answer with the label of exactly one of the listed choices and nothing else, e.g. <a0>",
 }
 
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL)
@@ -97,9 +109,15 @@ def render_observation(observation: Observation) -> str:
     return "\n".join(lines)
 
 
-def user_message(instruction: str, observation: Observation, previous_actions: Sequence[Action] = ()) -> str:
-    """The user message of one turn: the previous actions (oldest first), the observation, then the goal.
+def user_message(
+    instruction: str,
+    observation: Observation,
+    previous_actions: Sequence[Action] = (),
+    choices: Sequence[Action] = (),
+) -> str:
+    """The user message of one turn: the previous actions (oldest first), the observation, the choices, the goal.
 
+    ``choices`` (an ``index`` policy's) are listed behind their label tokens.
     The goal comes last, next to the answer, where a small model heeds it most.
     """
     lines = []
@@ -107,8 +125,22 @@ def user_message(instruction: str, observation: Observation, previous_actions: S
         lines.append("Previous actions (oldest first):")
         lines.extend(f"- {action}" for action in previous_actions)
     lines.append(render_observation(observation))
+    if choices:
+        lines.append("Choices:")
+        lines.extend(choice_lines(choices))
     lines.append(f"Goal: {instruction}")
     return "\n".join(lines)
+
+
+def choice_lines(choices: Sequence[Action]) -> list[str]:
+    """Each choice behind its label token: ``<a0> click [e5] "Yes"``.
+
+    Raises:
+        ValueError: More choices than :data:`INDEX_TOKENS`.
+    """
+    if len(choices) > len(INDEX_TOKENS):
+        raise ValueError(f"{len(choices)} choices, but only {len(INDEX_TOKENS)} label tokens")
+    return [f"{label} {action}" for label, action in zip(INDEX_TOKENS, choices, strict=False)]
 
 
 def agent_messages(
@@ -166,6 +198,14 @@ def parse_agent_answer(text: str) -> tuple[Action, str]:
     return action, reasoning
 
 
-def assistant_text(action: Action, answer_format: AnswerFormat) -> str:
-    """How ``action`` reads as the agent's reply in ``answer_format`` (without reasoning)."""
-    return f"<action>{action}</action>" if answer_format == "tagged" else str(action)
+def assistant_text(action: Action, answer_format: AnswerFormat, choices: Sequence[Action] = ()) -> str:
+    """How ``action`` reads as the agent's reply in ``answer_format`` (without reasoning).
+
+    In ``index`` format it is the label of ``action`` among ``choices``, or the
+    bare action when it is not one of them (a scripted step).
+    """
+    if answer_format == "tagged":
+        return f"<action>{action}</action>"
+    if answer_format == "index" and action in choices:
+        return INDEX_TOKENS[list(choices).index(action)]
+    return str(action)

@@ -39,13 +39,16 @@ returns. Environment ids are never trained.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dreamgym.agents._prompt import AnswerFormat, assistant_text, user_message
 from dreamgym.core.errors import ConfigError
-from dreamgym.core.types import Observation, PolicyTokens, Step, Task
+from dreamgym.core.types import Action, Observation, PolicyTokens, Step, Task
+
+Choices = Callable[[Task, Observation], Sequence[Action]]
+"""An ``index`` policy's choices on a page of a task."""
 
 __all__ = ["ChatTurns", "EpisodeSequence", "episode_sequence", "link_turns", "sequence_ids", "turn_prefix"]
 
@@ -141,6 +144,7 @@ def turn_prefix(
     answer_format: AnswerFormat,
     *,
     goal: str | None = None,
+    choices: Choices | None = None,
 ) -> tuple[list[int], list[int]]:
     """The ids the policy feeds its model on this turn, and those this turn's record adds.
 
@@ -156,11 +160,16 @@ def turn_prefix(
     Args:
         goal: Show this goal in every user message instead of the episode's
             own, rebuilding from content (the chooser's goal-free baseline).
+        choices: An ``index`` policy's choices of a page: listed in each user
+            message, and a rebuilt reply is the label of its action among them.
     """
+
+    def offered(step_observation: Observation) -> Sequence[Action]:
+        return choices(task, step_observation) if choices is not None else ()
 
     def user(step_observation: Observation) -> str:
         shown = goal if goal is not None else step_observation.goal or task.instruction
-        return user_message(shown, step_observation)
+        return user_message(shown, step_observation, choices=offered(step_observation))
 
     records = [step.policy_tokens for step in history]
     if goal is None and records and records[-1] is not None:
@@ -177,7 +186,7 @@ def turn_prefix(
     for n, step in enumerate(history):
         if n:
             ids += turns.env_ids(user(step.observation))
-        ids += turns.reply_ids(assistant_text(step.action, answer_format))
+        ids += turns.reply_ids(assistant_text(step.action, answer_format, offered(step.observation)))
     ids += turns.env_ids(user(observation))
     return ids, list(ids)
 
@@ -199,6 +208,7 @@ def link_turns(records: Sequence[PolicyTokens]) -> tuple[PolicyTokens, ...]:
                 action_ids=record.action_ids,
                 action_logprobs=record.action_logprobs,
                 env_ids=record.env_ids + following,
+                action_mask=record.action_mask,
             )
         )
     return tuple(linked)
@@ -215,7 +225,8 @@ class EpisodeSequence:
     logprobs: tuple[float, ...]
     """One per completion id: the policy's log-probability, 0.0 for environment ids."""
     env_mask: tuple[int, ...]
-    """One per completion id: 1 for the policy's own ids (trained), 0 for the environment's."""
+    """One per completion id: 1 for the ids the policy sampled (trained); 0 for the environment's
+    and for ids appended to a reply without being sampled (a forced end of turn)."""
 
 
 def episode_sequence(records: Sequence[PolicyTokens]) -> EpisodeSequence:
@@ -231,9 +242,12 @@ def episode_sequence(records: Sequence[PolicyTokens]) -> EpisodeSequence:
     mask: list[int] = []
     for n, record in enumerate(records):
         outside = record.prompt_ids if n else ()
-        for ids, policy in ((outside, False), (record.action_ids, True), (record.env_ids, False)):
-            completion.extend(ids)
-            mask.extend([int(policy)] * len(ids))
+        completion.extend(outside)
+        completion.extend(record.action_ids)
+        completion.extend(record.env_ids)
+        mask.extend([0] * len(outside))
+        mask.extend(record.sampled)
+        mask.extend([0] * len(record.env_ids))
         logprobs.extend([0.0] * len(outside))
         logprobs.extend(record.action_logprobs)
         logprobs.extend([0.0] * len(record.env_ids))

@@ -66,6 +66,7 @@ from dreamgym.core.state import (
     render_state,
 )
 from dreamgym.core.types import (
+    INFRASTRUCTURE_CUTS,
     SCHEMA_VERSION,
     Action,
     Episode,
@@ -79,6 +80,7 @@ from dreamgym.core.types import (
     decode_record,
     encode_record,
     observation_hash,
+    outcome_reward,
     record_from_json,
     record_to_json,
 )
@@ -86,6 +88,7 @@ from dreamgym.core.types import (
 __all__ = [
     "ACTIONS",
     "ELEMENT_ACTIONS",
+    "INFRASTRUCTURE_CUTS",
     "SCHEMA_VERSION",
     "Action",
     "ActionParseError",
@@ -145,6 +148,7 @@ __all__ = [
     "match_elements",
     "missing_element_error",
     "observation_hash",
+    "outcome_reward",
     "parse_action",
     "parse_state",
     "quoted_spans",

@@ -28,6 +28,7 @@ import msgspec
 from dreamgym.core.errors import RecordFormatError, SchemaVersionError
 
 __all__ = [
+    "INFRASTRUCTURE_CUTS",
     "SCHEMA_VERSION",
     "Action",
     "Episode",
@@ -41,12 +42,13 @@ __all__ = [
     "decode_record",
     "encode_record",
     "observation_hash",
+    "outcome_reward",
     "record_from_json",
     "record_to_json",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the record layout written by this dreamgym."""
+SCHEMA_VERSION = 2
+"""Version of the record layout written by this dreamgym (2: ``PolicyTokens.action_mask``)."""
 
 Source = Literal["real", "synthetic"]
 SOURCES: tuple[Source, ...] = ("real", "synthetic")
@@ -143,12 +145,20 @@ class PolicyTokens(Record, tag="policy_tokens", frozen=True):
     environment's answer to the previous action afterwards — and ``env_ids`` is
     empty. In the *linked* layout (``dreamgym.agents.link_turns``) only turn 0
     has ``prompt_ids`` and each turn's ``env_ids`` are the answer to its action.
+
+    ``action_logprobs`` are the log-probabilities each action id was sampled
+    with (``log_softmax(logits / T)`` at the policy's temperature ``T``).
+    ``action_mask`` says which action ids the policy sampled (1) and which it
+    appended without sampling (0: an end of turn forced after ``</action>`` or
+    at the length cap, the end of turn after an index token); only sampled ids
+    are trained. Empty means every action id was sampled (records of schema 1).
     """
 
     prompt_ids: tuple[int, ...] = ()
     action_ids: tuple[int, ...] = ()
     action_logprobs: tuple[float, ...] = ()
     env_ids: tuple[int, ...] = ()
+    action_mask: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.action_ids) != len(self.action_logprobs):
@@ -156,6 +166,16 @@ class PolicyTokens(Record, tag="policy_tokens", frozen=True):
                 f"PolicyTokens has {len(self.action_ids)} action ids but "
                 f"{len(self.action_logprobs)} logprobs; give one logprob per policy token"
             )
+        if self.action_mask and len(self.action_mask) != len(self.action_ids):
+            raise RecordFormatError(
+                f"PolicyTokens has {len(self.action_ids)} action ids but an action_mask of "
+                f"{len(self.action_mask)}; give one 0/1 flag per action id, or none"
+            )
+
+    @property
+    def sampled(self) -> tuple[int, ...]:
+        """One flag per action id: 1 where the policy sampled it (trained), 0 where it was appended."""
+        return self.action_mask or (1,) * len(self.action_ids)
 
 
 class StepTimings(Record, tag="timings", frozen=True):
@@ -207,8 +227,24 @@ class Step(Record, tag="step", frozen=True):
         return self.terminated or self.truncated
 
 
+INFRASTRUCTURE_CUTS = frozenset(
+    {"deadline", "error", "cancelled", "page_crashed", "browser_crashed", "model_output", "backend", "store"}
+)
+"""Truncation reasons that say the infrastructure ended an episode, not the policy: the
+deadline, an exception (``Episode.error``), cancellation, a crashed page or browser, an
+experience model whose answer was unusable or whose backend failed, a store that did not
+take the records. Such an episode says nothing about the policy: its outcome is ``None``.
+The step limit (``step_limit``) is the policy's own doing and scores 0."""
+
+
 class Episode(Record, tag="episode", frozen=True):
-    """Summary of one finished episode; its steps are keyed by ``episode_id``."""
+    """Summary of one finished episode; its steps are keyed by ``episode_id``.
+
+    ``total_reward`` is the episode's *outcome reward*, in [0, 1]: the reward
+    of its terminating step, clipped to [0, 1], or 0 when it never
+    terminated. Rewards of middle steps (an experience model may predict
+    some) stay on their steps, as the model said them, and do not count.
+    """
 
     episode_id: str
     task_id: str
@@ -234,6 +270,22 @@ class Episode(Record, tag="episode", frozen=True):
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise RecordFormatError(f"Episode.source must be 'real' or 'synthetic', not {self.source!r}")
+
+    @property
+    def cut_reason(self) -> str:
+        """Why the infrastructure ended the episode (one of :data:`INFRASTRUCTURE_CUTS`), or ``""``."""
+        if self.error and self.truncation_reason not in INFRASTRUCTURE_CUTS:
+            return "error"
+        return self.truncation_reason if self.truncation_reason in INFRASTRUCTURE_CUTS else ""
+
+
+def outcome_reward(episode: Episode) -> float | None:
+    """What the episode says about its policy: its outcome reward in [0, 1], or ``None`` when the
+    infrastructure ended it (:attr:`Episode.cut_reason`): a trainer gives such an episode no
+    advantage and leaves it out of its group's baseline; an evaluation counts it apart."""
+    if episode.cut_reason:
+        return None
+    return min(1.0, max(0.0, episode.total_reward))
 
 
 _ANY_RECORD = Task | Observation | Action | PolicyTokens | StepTimings | Step | Episode

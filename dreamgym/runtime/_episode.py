@@ -144,7 +144,7 @@ def finish_episode(
         policy_id=policy_id,
         experience_model_id=last.experience_model_id if last is not None else "",
         num_steps=len(final),
-        total_reward=sum(step.reward for step in final),
+        total_reward=_outcome(last),
         success=last is not None and last.terminated and last.reward > 0,
         terminated=last is not None and last.terminated,
         truncated=bool(reason),
@@ -155,6 +155,17 @@ def finish_episode(
         initial_observation_hash=initial_observation_hash,
     )
     return tuple(final), episode
+
+
+def _outcome(last: Step | None) -> float:
+    """The reward of the terminating step, clipped to [0, 1]; 0 for an episode that never terminated.
+
+    Rewards on middle steps (an experience model may predict them) and the
+    raw value of the last one stay on the steps, as the environment said them.
+    """
+    if last is None or not last.terminated:
+        return 0.0
+    return min(1.0, max(0.0, last.reward))
 
 
 def shadow_step(real: Step, prediction: StepResult, seconds: float) -> Step:

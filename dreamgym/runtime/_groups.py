@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import Policy
-from dreamgym.core.types import SOURCES, Episode, Source, Step, Task
+from dreamgym.core.types import SOURCES, Episode, Source, Step, Task, outcome_reward
 
 __all__ = ["Branch", "GroupResult", "GroupSpec", "Rollout"]
 
@@ -113,9 +113,15 @@ class GroupResult:
         return tuple(rollout.episode for rollout in self.rollouts)
 
     @property
-    def rewards(self) -> tuple[float, ...]:
-        """Each episode's total reward, in rollout order."""
-        return tuple(rollout.episode.total_reward for rollout in self.rollouts)
+    def rewards(self) -> tuple[float | None, ...]:
+        """Each episode's outcome reward in [0, 1], in rollout order; ``None`` where the
+        infrastructure ended it (:func:`~dreamgym.core.types.outcome_reward`)."""
+        return tuple(outcome_reward(rollout.episode) for rollout in self.rollouts)
+
+    @property
+    def cuts(self) -> tuple[str, ...]:
+        """Why the infrastructure ended each episode it ended (:attr:`Episode.cut_reason`), in rollout order."""
+        return tuple(rollout.episode.cut_reason for rollout in self.rollouts if rollout.episode.cut_reason)
 
     @property
     def errors(self) -> int:

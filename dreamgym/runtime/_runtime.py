@@ -31,9 +31,10 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup
 
-from dreamgym.core.errors import ConfigError, StoreError
+from dreamgym.core.errors import BackendError, ConfigError, StoreError
 from dreamgym.core.protocols import Environment, Policy, ReplayStore
 from dreamgym.core.types import Action, Observation, Source, Step, observation_hash
 from dreamgym.runtime._config import RuntimeConfig
@@ -81,8 +82,17 @@ class _Outcome:
     error_kind: str = ""
 
     def fail(self, exc: Exception) -> None:
-        self.cut, self.error_kind = "error", type(exc).__name__
+        self.cut, self.error_kind = _cut_of(exc), type(exc).__name__
         self.error = f"{self.error_kind}: {exc}"
+
+
+def _cut_of(exc: Exception) -> str:
+    """The truncation reason an exception stands for: a model backend, the store, or any other error."""
+    if isinstance(exc, BackendError):
+        return "backend"
+    if isinstance(exc, StoreError):
+        return "store"
+    return "error"
 
 
 class Runtime:
@@ -341,7 +351,11 @@ class Runtime:
             error=outcome.error,
         )
         self.stats.record_episode(episode, outcome.error_kind)
-        await self._commit(Commit(steps=final, episodes=(episode,)))
+        if not await self._commit(Commit(steps=final, episodes=(episode,))):
+            # not in the store: the trainer must not learn from it as if it were (outcome None)
+            episode = msgspec.structs.replace(
+                episode, truncated=True, truncation_reason="store", error="the store did not take its records"
+            )
         return Rollout(episode=episode, steps=final)
 
     def _episode_id(self, group: _Group) -> str:
@@ -376,17 +390,23 @@ class Runtime:
 
     # ------------------------------------------------------------------ storing
 
-    async def _commit(self, item: Commit) -> None:
-        """Hand ``item`` to the writer, shielded: a cancelled episode's finished steps still go."""
+    async def _commit(self, item: Commit) -> bool:
+        """Hand ``item`` to the writer, shielded: a cancelled episode's finished steps still go.
+
+        Returns whether the writer took it.
+        """
         with anyio.move_on_after(self.config.drain_timeout_s, shield=True) as scope:
             try:
                 await self._writer.put(item)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 log.error("the store writer is gone; %d steps were not stored", len(item.steps))
                 self.stats.record_error("store:writer_gone")
+                return False
         if scope.cancelled_caught:
             log.error("the store writer did not take %d steps within %s s", len(item.steps), scope.deadline)
             self.stats.record_error("store:timeout")
+            return False
+        return True
 
     async def _store_tasks(self, groups: Sequence[_Group]) -> None:
         new = {g.spec.task.task_id: g.spec.task for g in groups if g.spec.task.task_id not in self._stored_tasks}

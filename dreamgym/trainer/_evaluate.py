@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import Policy
-from dreamgym.core.types import Task
+from dreamgym.core.types import Episode, Task
 from dreamgym.runtime import GroupSpec, Runtime
 
 __all__ = ["EvalResult", "TaskScore", "evaluate", "wilson_interval"]
@@ -38,22 +38,38 @@ class TaskScore:
 
     task_id: str
     episodes: int
+    """Scorable episodes: those the policy ended (or the step limit); the success rate's n."""
     successes: int
     steps: int
-    errors: int
+    cut: int = 0
+    """Episodes the infrastructure ended (deadline, crash, backend, store, exception): not in ``episodes``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvalResult:
-    """Success of a policy on held-out real episodes, with its n and spread."""
+    """Success of a policy on held-out real episodes, with its n and spread.
+
+    An episode the infrastructure ended (:attr:`~dreamgym.core.Episode.cut_reason`)
+    says nothing about the policy: it is counted in ``cut`` (by reason in
+    ``cut_reasons``), apart from the scorable ``episodes`` the rate is taken over.
+    """
 
     episodes: int
+    """Scorable episodes: the success rate's n."""
     successes: int
     steps: int
-    """Real steps the evaluation took (not training data: they are in the evaluation's store)."""
-    errors: int
-    """Episodes an exception ended (counted as failures)."""
+    """Real steps the evaluation took, cut episodes' included (not training data: they are in the
+    evaluation's store)."""
+    cut: int = 0
+    """Episodes the infrastructure ended, left out of the rate."""
+    cut_reasons: dict[str, int] = field(default_factory=dict)
+    """``cut`` by reason (``deadline``, ``error``, ``backend``, ``browser_crashed``, ...)."""
     tasks: tuple[TaskScore, ...] = field(default=())
+
+    @property
+    def errors(self) -> int:
+        """Episodes an exception ended (part of ``cut``)."""
+        return sum(n for reason, n in self.cut_reasons.items() if reason in ("error", "backend", "store"))
 
     @property
     def success_rate(self) -> float:
@@ -66,7 +82,8 @@ class EvalResult:
 
     @property
     def mean_steps(self) -> float:
-        return self.steps / self.episodes if self.episodes else 0.0
+        played = self.episodes + self.cut
+        return self.steps / played if played else 0.0
 
     def as_dict(self) -> dict[str, object]:
         low, high = self.interval
@@ -77,6 +94,8 @@ class EvalResult:
             "success_ci95": [low, high],
             "steps": self.steps,
             "mean_steps": self.mean_steps,
+            "cut": self.cut,
+            "cut_reasons": dict(self.cut_reasons),
             "errors": self.errors,
             "tasks": [asdict(task) for task in self.tasks],
         }
@@ -109,24 +128,29 @@ async def evaluate(
         for seed in seeds
     ]
     results = await runtime.run_groups(specs)
-    by_task: dict[str, list[tuple[bool, int, bool]]] = {}
+    by_task: dict[str, list[Episode]] = {}
     for result in results:
-        rows = by_task.setdefault(result.task.task_id, [])
-        rows.extend((episode.success, episode.num_steps, bool(episode.error)) for episode in result.episodes)
+        by_task.setdefault(result.task.task_id, []).extend(result.episodes)
+    reasons: dict[str, int] = {}
+    for episodes in by_task.values():
+        for episode in episodes:
+            if episode.cut_reason:
+                reasons[episode.cut_reason] = reasons.get(episode.cut_reason, 0) + 1
     scores = tuple(
         TaskScore(
             task_id=task_id,
-            episodes=len(rows),
-            successes=sum(1 for ok, _, _ in rows if ok),
-            steps=sum(n for _, n, _ in rows),
-            errors=sum(1 for _, _, failed in rows if failed),
+            episodes=sum(1 for e in episodes if not e.cut_reason),
+            successes=sum(1 for e in episodes if not e.cut_reason and e.success),
+            steps=sum(e.num_steps for e in episodes),
+            cut=sum(1 for e in episodes if e.cut_reason),
         )
-        for task_id, rows in by_task.items()
+        for task_id, episodes in by_task.items()
     )
     return EvalResult(
         episodes=sum(s.episodes for s in scores),
         successes=sum(s.successes for s in scores),
         steps=sum(s.steps for s in scores),
-        errors=sum(s.errors for s in scores),
+        cut=sum(s.cut for s in scores),
+        cut_reasons=reasons,
         tasks=scores,
     )

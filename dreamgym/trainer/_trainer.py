@@ -34,7 +34,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,12 @@ class TrainerState:
     real_groups: int = 0
     synthetic_groups: int = 0
     dropped_groups: int = 0
-    """Groups left out of learning: mismatched starts or an episode without a token record."""
+    """Groups left out of learning: starts that differ, or fewer than two scorable episodes."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Dropped groups by reason: ``different_starts``, ``too_few_scorable``."""
+    cut_episodes: dict[str, int] = field(default_factory=dict)
+    """Training episodes the infrastructure ended, by reason (:data:`~dreamgym.core.INFRASTRUCTURE_CUTS`):
+    reward ``None``, no advantage, out of their group's baseline."""
     eval_real_steps: int = 0
     real_credit: float = 0.0
     """The fraction of a real group carried to the next update (real groups spread evenly)."""
@@ -158,6 +163,13 @@ class Trainer:
                 f"only a policy that returns token records can be trained; {policy.policy_id!r} "
                 f"({type(policy).__name__}) does not. Use dreamgym.agents.LocalPolicy"
             )
+        if not policy.config.trainable:
+            raise ConfigError(
+                f"{policy.policy_id!r} is a chooser (LocalPolicyConfig.mode='choose'): it draws from a calibrated "
+                "softmax over candidate actions, which TRL's token log-likelihood does not differentiate, so "
+                "training it would follow the gradient of another policy. Train mode='index' (a label token per "
+                "choice, see dreamgym.agents.add_index_tokens) or mode='generate'"
+            )
         if policy.config.temperature <= 0:
             raise ConfigError(
                 f"the policy samples at temperature {policy.config.temperature}; train one above 0 "
@@ -209,16 +221,9 @@ class Trainer:
             self._load_state(checkpoint)
             log.info("resuming from %s (update %d)", checkpoint, self.state.update)
         self.grpo = self._build_grpo()
-        self.policy.model = self.grpo.model
+        self.policy.model = self.grpo.model  # wrapped in adapters: a weight change
         self.policy.mark_version(self._version())
-        self._eval_policy = LocalPolicy(
-            self.grpo.model,
-            self.policy.tokenizer,
-            name=self.policy.name,
-            digest=self.policy.digest,
-            config=replace(self.policy.config, temperature=self.eval_temperature),
-            limiter=self._torch_limiter,
-        )
+        self._eval_policy = self.policy.sibling(temperature=self.eval_temperature)
         with RuntimePortal(self._open_runtime) as portal:
             self._portal = portal
             try:
@@ -268,6 +273,8 @@ class Trainer:
             loss_type=config.loss_type,
             epsilon=config.epsilon,
             max_grad_norm=config.max_grad_norm,
+            # TRL scores the policy's tokens at this temperature: the one it drew them at
+            temperature=self.policy.config.temperature,
             scale_rewards="group",
             logging_steps=1,
             save_strategy="steps",  # every save_every updates, and at the last (resume finds a finished run)
@@ -398,22 +405,20 @@ class Trainer:
         for result in results:
             rollouts = list(result.rollouts)
             records = [[s.policy_tokens for s in r.steps if s.policy_tokens is not None] for r in rollouts]
-            complete = len(rollouts) == size and all(records)
-            keep = result.consistent and complete
-            if not keep:
+            rewards = [
+                reward if records[n] else None
+                for n, reward in enumerate(result.rewards)  # None: the infrastructure ended it
+            ]
+            for reason in result.cuts:
+                self.state.cut_episodes[reason] = self.state.cut_episodes.get(reason, 0) + 1
+            why = self._drop_reason(result, rewards, size)
+            if why:
                 self.state.dropped_groups += 1
-                why = "different first pages" if not result.consistent else "an episode without a token record"
+                self.state.dropped[why] = self.state.dropped.get(why, 0) + 1
                 log.warning("group %s (%s) dropped: %s", result.group_id, result.task.task_id, why)
-            steps = sum(len(r.steps) for r in rollouts)
-            if result.source == "real":
-                self.state.real_groups += 1
-                self.state.real_steps += steps
-            else:
-                self.state.synthetic_groups += 1
-                self.state.synthetic_steps += steps
-                self.state.model_calls += steps
-            if keep:
-                self.pool.record_group(result.task.task_id, result.rewards)
+            self._count_steps(result)
+            if not why:
+                self.pool.record_group(result.task.task_id, [r for r in rewards if r is not None])
             for n in range(size):
                 if n < len(rollouts) and records[n]:
                     sequence = episode_sequence(link_turns(records[n]))
@@ -426,9 +431,27 @@ class Trainer:
                     out["completion_ids"].append([eos])
                     out["logprobs"].append([0.0])
                     out["env_mask"].append([0])
-                reward = rollouts[n].episode.total_reward if keep else None
-                out[REWARD_FIELD].append(reward)
+                out[REWARD_FIELD].append(None if why or n >= len(rewards) else rewards[n])
         return out
+
+    @staticmethod
+    def _drop_reason(result: GroupResult, rewards: Sequence[float | None], size: int) -> str:
+        """Why a group teaches nothing (``""`` when it does): starts that differ, fewer than two scorable episodes."""
+        if not result.consistent:
+            return "different_starts"
+        if len(result.rollouts) != size or sum(1 for r in rewards if r is not None) < 2:
+            return "too_few_scorable"
+        return ""
+
+    def _count_steps(self, result: GroupResult) -> None:
+        steps = sum(len(r.steps) for r in result.rollouts)
+        if result.source == "real":
+            self.state.real_groups += 1
+            self.state.real_steps += steps
+        else:
+            self.state.synthetic_groups += 1
+            self.state.synthetic_steps += steps
+            self.state.model_calls += steps
 
     # ------------------------------------------------------------------ between updates
 
@@ -478,6 +501,8 @@ class Trainer:
                 "eval/episodes": result.episodes,
                 "eval/mean_steps": result.mean_steps,
                 "eval/errors": result.errors,
+                "eval/cut": result.cut,
+                **{f"eval/cut/{reason}": n for reason, n in sorted(result.cut_reasons.items())},
             },
             kind="eval",
         )
@@ -541,6 +566,8 @@ class Trainer:
             "real_groups": state.real_groups,
             "synthetic_groups": state.synthetic_groups,
             "dropped_groups": state.dropped_groups,
+            **{f"dropped/{why}": n for why, n in sorted(state.dropped.items())},
+            **{f"rollout/cut/{reason}": n for reason, n in sorted(state.cut_episodes.items())},
             "eval_real_transitions": state.eval_real_steps,
             "policy_id": self.policy.policy_id,
             "experience_model_id": state.experience_model_id,
@@ -601,7 +628,16 @@ class _Callback(TrainerCallback):
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.trainer.policy.weights_changed()  # a resumed run has just loaded its checkpoint's weights
+        return control
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.trainer.policy.weights_changed()
+        return control
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.trainer.policy.weights_changed()
         if self.trainer._after_update(state.global_step):
             control.should_save = True
         return control

@@ -274,11 +274,19 @@ async def test_concurrent_episodes_share_one_batch_and_keep_separate_records(tin
 async def test_weights_changed_in_place_are_never_scored_with_stale_keys(tiny_chat: tuple[Any, Any]) -> None:
     model, tokenizer = copy.deepcopy(tiny_chat[0]), tiny_chat[1]
     policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(temperature=0.0))
+    sibling = policy.sibling(temperature=0.0)
     await policy.act(TASK, [], PAGES[0])  # keeps the system turn's KV cache
+    await sibling.act(TASK, [], PAGES[0])
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.mul_(1.5)  # as an optimizer step would: in place
+            # as a fused optimizer step does: in place, without bumping the tensors' version counters
+            parameter.data.mul_(1.5)
+    policy.weights_changed()  # the explicit count every weight change bumps (the trainer does, per step)
     after = await policy.act(TASK, [], PAGES[0])
+    assert after.tokens is not None
+    beside = await sibling.act(TASK, [], PAGES[0])  # a sibling shares the count
+    assert beside.tokens is not None
+    assert beside.tokens.action_logprobs == pytest.approx(after.tokens.action_logprobs, abs=1e-5)
     assert after.tokens is not None
     reference = full_logprobs(model, sequence_ids([after.tokens]))
     start = len(after.tokens.prompt_ids)
@@ -308,12 +316,22 @@ async def test_generate_mode_records_the_sampled_ids_and_reuses_them_next_turn(t
     assert second.tokens is not None
     assert fed == sequence_ids([first.tokens]) + list(second.tokens.prompt_ids)
     reference = full_logprobs(model, sequence_ids([first.tokens, second.tokens]))
-    start = len(first.tokens.prompt_ids)
-    assert torch.allclose(
-        torch.tensor(first.tokens.action_logprobs), reference[start : start + len(first.tokens.action_ids)], atol=1e-4
-    )
-    start = len(fed)
-    assert torch.allclose(torch.tensor(second.tokens.action_logprobs), reference[start:], atol=1e-4)
+    for tokens, start in ((first.tokens, len(first.tokens.prompt_ids)), (second.tokens, len(fed))):
+        drawn = torch.tensor(tokens.sampled, dtype=torch.bool)
+        found = reference[start : start + len(tokens.action_ids)]
+        assert torch.allclose(torch.tensor(tokens.action_logprobs)[drawn], found[drawn], atol=1e-4)
+
+
+async def test_generate_mode_flags_a_forced_end_of_turn_as_not_sampled(tiny_chat: tuple[Any, Any]) -> None:
+    policy = make_policy(tiny_chat, mode="generate", max_new_tokens=3, seed=0)
+    decision = await policy.act(TASK, [], PAGES[0])
+    assert decision.tokens is not None
+    ids, sampled = decision.tokens.action_ids, decision.tokens.action_mask
+    assert ids[-1] == policy.turns.eos_id
+    if len(ids) == 4:  # the cap ran out: the end of turn was appended, not drawn
+        assert sampled == (1, 1, 1, 0)
+    else:
+        assert sampled == (1,) * len(ids)
 
 
 async def test_an_episode_longer_than_the_context_fails_with_a_clear_error(tiny_chat: tuple[Any, Any]) -> None:

@@ -149,8 +149,9 @@ class ToyBackend:
             return Completion(
                 text=f"<diff>\n- [e2] textbox\n+ [e2] textbox: {name}\n</diff>\n<reward>0</reward>\n<done>no</done>"
             )
-        if action.startswith("click"):
-            return Completion(text="<diff>\n</diff>\n<reward>1</reward>\n<done>yes</done>")
+        if action.startswith("click"):  # Submit pays only after a name was typed, as on the real side
+            paid = int("textbox: " in prompt)
+            return Completion(text=f"<diff>\n</diff>\n<reward>{paid}</reward>\n<done>yes</done>")
         return Completion(text="<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>")
 
     @property

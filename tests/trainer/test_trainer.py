@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 import torch
-from runtime_helpers import TASK, Counts, ToyBackend, ToyFormEnv, ToyPolicy, open_store, page, simulator
+from runtime_helpers import Counts, ToyBackend, ToyFormEnv, ToyPolicy, open_store, page, simulator
 
 from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 from dreamgym.core import ConfigError, Episode, Observation, Step, Task, decode_record
@@ -21,6 +21,8 @@ from dreamgym.trainer import Sides, TrainConfig, Trainer, latest_checkpoint
 
 pytestmark = pytest.mark.timeout(180)
 
+TASK = Task(task_id="toy/form", instruction='Enter "Ana" and press Submit.', site="toy")
+"""The toy form; the simulator's first page shows this instruction as its goal (a real page, its seed's)."""
 TRAIN_SEEDS = (0, 1, 2, 3)
 EVAL_SEEDS = (100, 101)
 
@@ -37,9 +39,10 @@ class DriftingFormEnv(ToyFormEnv):
         return Observation(state=first.state + f"\n[e9] generic: visit {self.visits}", goal=first.goal)
 
 
-def make_policy(toy_chat: tuple[Any, Any]) -> LocalPolicy:
+def make_policy(toy_chat: tuple[Any, Any], **settings: Any) -> LocalPolicy:
     model, tokenizer = toy_chat
-    return LocalPolicy(copy.deepcopy(model), tokenizer, config=LocalPolicyConfig(temperature=1.0, seed=0))
+    config = LocalPolicyConfig(**{"mode": "index", "temperature": 1.0, "seed": 0, **settings})
+    return LocalPolicy(copy.deepcopy(model), tokenizer, config=config)
 
 
 def sides_opener(
@@ -68,7 +71,7 @@ def make_trainer(toy_chat: tuple[Any, Any], root: Path, **settings: Any) -> Trai
     config = TrainConfig(
         output_dir=root / "run",
         updates=settings.pop("updates", 1),
-        group_size=settings.pop("group_size", 2),
+        group_size=settings.pop("group_size", 4),
         groups_per_update=settings.pop("groups_per_update", 2),
         learning_rate=settings.pop("learning_rate", 1e-3),
         report_to=(),
@@ -110,7 +113,10 @@ def test_only_a_token_recording_policy_trains(toy_chat: tuple[Any, Any], tmp_pat
     with pytest.raises(ConfigError, match="only a policy that returns token records can be trained"):
         Trainer(config, policy=ToyPolicy(), tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0])
     model, tokenizer = toy_chat
-    greedy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(temperature=0.0))
+    chooser = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="choose", temperature=1.0))
+    with pytest.raises(ConfigError, match="is a chooser"):
+        Trainer(config, policy=chooser, tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0])
+    greedy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
     with pytest.raises(ConfigError, match="greedy policy makes every episode of a group the same"):
         Trainer(config, policy=greedy, tasks=[TASK], open_sides=sides_opener(tmp_path), train_seeds=[0])
     policy = make_policy(toy_chat)
@@ -138,7 +144,7 @@ def trl_logprobs(trainer: Trainer, rollout: dict[str, list[Any]]) -> tuple[torch
 
 
 def test_synthetic_update_trains_on_policy_tokens_only(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
-    trainer = make_trainer(toy_chat, tmp_path, mode="synthetic")
+    trainer = make_trainer(toy_chat, tmp_path, mode="synthetic", group_size=4)
     before = {name: p.detach().clone() for name, p in trainer.policy.model.named_parameters()}
     result = trainer.train()
 
@@ -150,12 +156,13 @@ def test_synthetic_update_trains_on_policy_tokens_only(toy_chat: tuple[Any, Any]
     moved = [name for name, p in after.items() if "lora_" in name and name.replace(".default", "") not in before]
     assert any(not torch.equal(after[name], torch.zeros_like(after[name])) for name in moved if "lora_B" in name)
 
-    # every episode's steps, in the store, rebuild the TRL sample: env_mask is 1 exactly on the actions' ids
+    # every episode's steps, in the store, rebuild the TRL sample: env_mask is 1 exactly on the ids the policy
+    # drew (the end of turn appended after each label token is not trained)
     rollout = trainer.last_rollout
-    assert len(rollout["completion_ids"]) == 4 and all(r is not None for r in rollout["dreamgym_reward"])
+    assert len(rollout["completion_ids"]) == 8 and all(r is not None for r in rollout["dreamgym_reward"])
     episodes, steps = anyio.run(stored, tmp_path / "store")
     by_episode = {e.episode_id: [s for s in steps if s.episode_id == e.episode_id] for e in episodes}
-    action_ids = sorted([list(s.policy_tokens.action_ids) for s in ep_steps] for ep_steps in by_episode.values())
+    action_ids = sorted([_drawn(s) for s in ep_steps] for ep_steps in by_episode.values())
     from_mask = sorted(
         _runs(completion, mask) for completion, mask in zip(rollout["completion_ids"], rollout["env_mask"], strict=True)
     )
@@ -171,7 +178,13 @@ def test_synthetic_update_trains_on_policy_tokens_only(toy_chat: tuple[Any, Any]
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(line["kind"] == "train" and "train/loss" in line for line in lines)
     assert (result.final_dir / "adapter_config.json").exists()
-    assert trainer.policy.policy_id.endswith("+run:u1/choose")
+    assert trainer.policy.policy_id.endswith("+run:u1/index")
+
+
+def _drawn(step: Step) -> list[int]:
+    assert step.policy_tokens is not None
+    tokens = step.policy_tokens
+    return [token for token, drawn in zip(tokens.action_ids, tokens.sampled, strict=True) if drawn]
 
 
 def _runs(completion: list[int], mask: list[int]) -> list[list[int]]:
@@ -236,7 +249,7 @@ def test_group_with_different_first_pages_is_dropped(toy_chat: tuple[Any, Any], 
     result = trainer.train()
     assert (result.state.real_groups, result.state.synthetic_groups, result.state.dropped_groups) == (1, 1, 1)
     rewards = trainer.last_rollout["dreamgym_reward"]
-    assert rewards.count(None) == 2  # the real group: both its episodes
+    assert rewards.count(None) == 4  # the real group: every one of its episodes
     assert result.state.real_steps > 0
 
 

@@ -1,0 +1,148 @@
+"""What a trainable LocalPolicy records is what it sampled from: the index and generate modes.
+
+For each mode, at a fixed prefix: the recorded log-probability of a drawn token
+is ``log_softmax(logits / T)`` of a fresh forward pass, and over many draws the
+empirical frequency of each token matches ``exp(recorded log-probability)``
+(a chi-square test at a fixed seed).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+from typing import Any
+
+import anyio
+import pytest
+import torch
+from agent_pages import PAGES, TASK
+
+from dreamgym.agents import INDEX_TOKENS, LocalPolicy, LocalPolicyConfig, add_index_tokens
+from dreamgym.core import ConfigError, PolicyDecision
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+TEMPERATURE = 0.7
+DRAWS = 2400
+SHARPEN = 6.0
+
+
+@pytest.fixture(scope="module")
+def labelled_chat(tiny_chat: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The tiny chat model with the index policy's label tokens (copies: the session's fixture stays as it is).
+
+    Its output layer is scaled up: a random model's next-token distribution is
+    nearly flat, where a wrong temperature would hardly show; a peaked one
+    shows it (a record at temperature 1 fails the frequency tests).
+    """
+    model, tokenizer = copy.deepcopy(tiny_chat[0]), copy.deepcopy(tiny_chat[1])
+    add_index_tokens(model, tokenizer)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(SHARPEN)
+    return model, tokenizer
+
+
+def policy_of(chat: tuple[Any, Any], **settings: Any) -> LocalPolicy:
+    model, tokenizer = chat
+    return LocalPolicy(model, tokenizer, digest="ab" * 32, config=LocalPolicyConfig(seed=0, **settings))
+
+
+def fresh_logprobs(policy: LocalPolicy, ids: list[int]) -> torch.Tensor:
+    """``log_softmax(logits / T)`` of the next token after ``ids``, from one plain forward pass."""
+    with torch.inference_mode():
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+    return torch.log_softmax(logits / policy.config.temperature, dim=-1)
+
+
+async def draw_many(policy: LocalPolicy, count: int) -> list[PolicyDecision]:
+    """``count`` first turns on the same page, eight at a time (the policy batches them)."""
+    decisions: list[PolicyDecision] = []
+
+    async def one() -> None:
+        decisions.append(await policy.act(TASK, [], PAGES[0]))
+
+    for _ in range(count // 8):
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(one)
+    return decisions
+
+
+def chi_square_quantile(df: int, z: float = 3.09) -> float:
+    """The chi-square quantile at the normal quantile ``z`` (3.09: p = 0.999), Wilson-Hilferty's approximation."""
+    a = 2 / (9 * df)
+    return df * (1 - a + z * math.sqrt(a)) ** 3
+
+
+def assert_frequencies_match(drawn: list[tuple[int, float]]) -> None:
+    """Chi-square of the drawn tokens' counts against ``n * exp(recorded logprob)``; the rare ones pooled."""
+    recorded: dict[int, float] = {}
+    for token, logprob in drawn:
+        assert math.isclose(recorded.setdefault(token, logprob), logprob, abs_tol=1e-5)  # one value per token
+    counts = Counter(token for token, _ in drawn)
+    n = len(drawn)
+    binned = [token for token, logprob in recorded.items() if n * math.exp(logprob) >= 5]
+    assert len(binned) >= 3, "too few tokens likely enough to test"
+    expected = [n * math.exp(recorded[token]) for token in binned]
+    observed = [counts[token] for token in binned]
+    rest_expected = n - sum(expected)
+    statistic = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=True))
+    bins = len(binned)
+    if rest_expected >= 5:
+        statistic += (n - sum(observed) - rest_expected) ** 2 / rest_expected
+        bins += 1
+    assert statistic < chi_square_quantile(bins - 1), f"chi-square {statistic:.1f} over {bins} bins"
+
+
+async def test_index_mode_records_the_scaled_logprob_of_the_drawn_label(labelled_chat: tuple[Any, Any]) -> None:
+    policy = policy_of(labelled_chat, mode="index", temperature=TEMPERATURE)
+    decision = await policy.act(TASK, [], PAGES[0])
+    tokens = decision.tokens
+    assert tokens is not None
+    assert len(tokens.action_ids) in (1, 2) and tokens.sampled[0] == 1
+    if len(tokens.action_ids) == 2:  # a label, then the end of turn appended without being drawn
+        assert tokens.action_ids[1] == policy.turns.eos_id and tokens.action_mask == (1, 0)
+    expected = fresh_logprobs(policy, policy.input_ids(TASK, [], PAGES[0]))
+    assert tokens.action_logprobs[0] == pytest.approx(float(expected[tokens.action_ids[0]]), abs=1e-3)
+
+
+async def test_index_mode_draws_each_token_as_often_as_its_recorded_probability(
+    labelled_chat: tuple[Any, Any],
+) -> None:
+    policy = policy_of(labelled_chat, mode="index", temperature=TEMPERATURE)
+    decisions = await draw_many(policy, DRAWS)
+    drawn = [(d.tokens.action_ids[0], d.tokens.action_logprobs[0]) for d in decisions if d.tokens is not None]
+    assert len(drawn) == DRAWS
+    assert_frequencies_match(drawn)
+
+
+async def test_an_index_answer_maps_to_the_labelled_choice_or_is_invalid(labelled_chat: tuple[Any, Any]) -> None:
+    policy = policy_of(labelled_chat, mode="index", temperature=TEMPERATURE)
+    choices = policy.choices(TASK, PAGES[0])
+    labels = {policy.turns.encode(label)[0]: n for n, label in enumerate(INDEX_TOKENS)}
+    for decision in await draw_many(policy, 64):
+        assert decision.tokens is not None
+        index = labels.get(decision.tokens.action_ids[0])
+        if index is not None and index < len(choices):
+            assert decision.action == choices[index]
+        else:  # a random model mostly answers outside the labels: an invalid action, data, not an exception
+            assert decision.action.is_invalid and "labels none of the" in decision.action.error
+
+
+async def test_generate_mode_draws_each_first_token_as_often_as_its_recorded_probability(
+    labelled_chat: tuple[Any, Any],
+) -> None:
+    policy = policy_of(labelled_chat, mode="generate", temperature=TEMPERATURE, max_new_tokens=1)
+    decisions = await draw_many(policy, DRAWS)
+    drawn = [(d.tokens.action_ids[0], d.tokens.action_logprobs[0]) for d in decisions if d.tokens is not None]
+    assert len(drawn) == DRAWS
+    assert_frequencies_match(drawn)
+    expected = fresh_logprobs(policy, policy.input_ids(TASK, [], PAGES[0]))
+    token, logprob = drawn[0]
+    assert logprob == pytest.approx(float(expected[token]), abs=1e-3)
+
+
+def test_an_index_policy_without_its_label_tokens_is_refused(tiny_chat: tuple[Any, Any]) -> None:
+    with pytest.raises(ConfigError, match="add_index_tokens"):
+        LocalPolicy(*tiny_chat, digest="ab" * 32, config=LocalPolicyConfig(mode="index"))
