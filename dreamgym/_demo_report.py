@@ -1,4 +1,4 @@
-"""The demo's figures: rollouts by side, the simulator's shadow score, the report and its table and files."""
+"""The demo's figures: rollouts by side, the simulator's scores, the report and its table and files."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from dreamgym.trainer import EvalResult, wilson_interval
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from dreamgym.core.protocols import ReplayStore
+    from dreamgym.core.protocols import Prediction, ReplayStore
+    from dreamgym.core.types import Step
     from dreamgym.runtime import GroupResult, RuntimeSnapshot
 
 __all__ = [
     "DemoReport",
     "RolloutFigures",
     "ShadowScore",
+    "score_predictions",
     "score_shadows",
     "summary_rows",
     "summary_table",
@@ -30,10 +32,16 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShadowScore:
-    """The simulator's predictions of the real rollout steps it shadowed, scored against what happened."""
+    """The simulator's one-step predictions of real steps, scored against what happened.
+
+    The demo scores two sets: the held-out real steps evaluation played
+    (seeds the experience model never saw, retrieval kept off every held-out
+    (task, seed): its headline figure), and the shadowed real rollout steps
+    (training seeds; retrieval kept off each step's own task and seed).
+    """
 
     n: int = 0
-    """Real steps shadowed; a step without a usable prediction counts as wrong."""
+    """Real steps scored; a step without a usable prediction counts as wrong."""
     reward_correct: int = 0
     """Predictions with ``|predicted reward - real reward| <= 0.5``."""
     done_correct: int = 0
@@ -43,7 +51,10 @@ class ShadowScore:
     similarity: float = 0.0
     """Mean line similarity of predicted and real next pages (unusable ones count 0)."""
     zero_reward_correct: int = 0
-    """What always predicting reward 0 would score on the same steps (the baseline to beat)."""
+    """What always predicting reward 0 would score on the same steps (a baseline to beat)."""
+    majority_reward_correct: int = 0
+    """What always predicting the steps' most common real reward would score on them: the best
+    constant in hindsight (a baseline to beat)."""
 
     @property
     def reward_accuracy(self) -> float:
@@ -57,6 +68,7 @@ class ShadowScore:
             "reward_accuracy_ci95": [low, high],
             "done_accuracy": self.done_correct / self.n if self.n else 0.0,
             "zero_reward_accuracy": self.zero_reward_correct / self.n if self.n else 0.0,
+            "majority_reward_accuracy": self.majority_reward_correct / self.n if self.n else 0.0,
         }
 
 
@@ -108,6 +120,9 @@ class DemoReport:
     before: EvalResult
     rollouts: RolloutFigures
     shadow: ShadowScore
+    """The simulator on the shadowed real rollout steps (training seeds)."""
+    held_out: ShadowScore
+    """The simulator on the held-out real steps of the first evaluation: its headline accuracy."""
     training: Mapping[str, Any]
     """``status`` (``trained`` or ``skipped``), with the trainer's metrics or the reason."""
     after: EvalResult
@@ -140,6 +155,7 @@ class DemoReport:
             "before": self.before.as_dict(),
             "rollouts": dataclasses.asdict(self.rollouts),
             "shadow": self.shadow.as_dict(),
+            "simulator_held_out": self.held_out.as_dict(),
             "training": dict(self.training),
             "after": self.after.as_dict(),
             "store": dict(self.store),
@@ -154,29 +170,50 @@ async def score_shadows(store: ReplayStore, results: Sequence[GroupResult]) -> S
     Every real group of the demo is shadowed; a step with no stored
     prediction (it raised) or a cut one (malformed, backend) counts as wrong.
     """
-    from dreamgym.simulator import score_prediction
-
-    n = reward = done = unusable = zero = 0
-    similarity = 0.0
+    pairs: list[tuple[Step, tuple[str, float, bool] | None]] = []
     for result in results:
         if result.source != "real":
             continue
         for rollout in result.rollouts:
             predicted = {s.step_index: s for s in await store.episode_steps(rollout.episode.episode_id + "/shadow")}
             for step in rollout.steps:
-                n += 1
-                zero += abs(step.reward) <= 0.5
                 guess = predicted.get(step.step_index)
-                if guess is None or guess.truncation_reason in ("model_output", "backend"):
-                    unusable += 1
-                    continue
-                score = score_prediction(step, guess.next_observation.state, guess.reward, guess.terminated)
-                reward += score.reward_correct
-                done += score.done_correct
-                similarity += score.similarity
+                usable = guess is not None and guess.truncation_reason not in ("model_output", "backend")
+                answer = (guess.next_observation.state, guess.reward, guess.terminated) if guess and usable else None
+                pairs.append((step, answer))
+    return _score(pairs)
+
+
+def score_predictions(steps: Sequence[Step], predictions: Sequence[Prediction | None]) -> ShadowScore:
+    """Score one-step predictions of real steps (``None``: the model gave no usable answer)."""
+    return _score(
+        [
+            (step, (p.observation.state, p.reward, p.terminated) if p is not None else None)
+            for step, p in zip(steps, predictions, strict=True)
+        ]
+    )
+
+
+def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> ShadowScore:
+    from dreamgym.simulator import score_prediction
+
+    n = reward = done = unusable = zero = 0
+    similarity = 0.0
+    for step, answer in pairs:
+        n += 1
+        zero += abs(step.reward) <= 0.5
+        if answer is None:
+            unusable += 1
+            continue
+        score = score_prediction(step, *answer)
+        reward += score.reward_correct
+        done += score.done_correct
+        similarity += score.similarity
+    classes = [round(step.reward) for step, _ in pairs]
+    majority = max((classes.count(c) for c in set(classes)), default=0)
     return ShadowScore(
         n=n, reward_correct=reward, done_correct=done, unusable=unusable,
-        similarity=similarity / n if n else 0.0, zero_reward_correct=zero,
+        similarity=similarity / n if n else 0.0, zero_reward_correct=zero, majority_reward_correct=majority,
     )  # fmt: skip
 
 
@@ -191,7 +228,7 @@ def _rate(successes: int, n: int) -> tuple[str, str]:
 
 def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
     """The summary as (figure, value, n and spread) rows: what the table and ``report.md`` show."""
-    seed, roll, shadow = report.seed_set, report.rollouts, report.shadow
+    seed, roll, shadow, held = report.seed_set, report.rollouts, report.shadow, report.held_out
     rows = [
         ("real steps (training data)", str(report.real_steps),
          f"seed set {seed['steps']} ({seed['episodes']} episodes) + rollouts {roll.real_steps} "
@@ -201,10 +238,14 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
          f"+ training {report.training_steps('synthetic')}"),
         ("success before training", *_rate(report.before.successes, report.before.episodes)),
         ("success after training", *_rate(report.after.successes, report.after.episodes)),
-        ("simulator reward accuracy (shadowed real steps)", *_rate(shadow.reward_correct, shadow.n)),
-        ("  always-0 reward on the same steps", *_rate(shadow.zero_reward_correct, shadow.n)),
-        ("  simulator end-of-episode accuracy", *_rate(shadow.done_correct, shadow.n)),
-        ("  unusable predictions", str(shadow.unusable), f"of n = {shadow.n}"),
+        ("simulator reward accuracy (held-out real steps)", *_rate(held.reward_correct, held.n)),
+        ("  always-0 reward on the same steps", *_rate(held.zero_reward_correct, held.n)),
+        ("  majority class on the same steps", *_rate(held.majority_reward_correct, held.n)),
+        ("  simulator end-of-episode accuracy", *_rate(held.done_correct, held.n)),
+        ("  unusable predictions", str(held.unusable), f"of n = {held.n}"),
+        ("simulator reward accuracy (shadowed rollouts, training seeds)", *_rate(shadow.reward_correct, shadow.n)),
+        ("  always-0 / majority class on the same steps",
+         f"{shadow.zero_reward_correct} / {shadow.majority_reward_correct}", f"of n = {shadow.n}"),
         ("real rollout success", *_rate(roll.real_successes, roll.real_episodes)),
         ("synthetic rollout success (simulator's say)", *_rate(roll.synthetic_successes, roll.synthetic_episodes)),
         ("training", report.training["status"], _training_note(report.training)),

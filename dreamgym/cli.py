@@ -79,12 +79,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _setup_logging(verbose: bool) -> None:
+    from rich.console import Console
     from rich.logging import RichHandler
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(message)s",
-        handlers=[RichHandler(show_path=False, rich_tracebacks=False)],
+        # logs go to stderr: a command's stdout carries only its result (JSON with --json)
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)],
     )
     for noisy in ("httpx", "filelock", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

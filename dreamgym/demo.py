@@ -11,7 +11,9 @@ synchronous trainer can drive its own runtime in between):
    transitions, which the model retrieves as neighbours for every prediction;
 3. **evaluate** the policy on held-out real seeds, before training, in a
    store of its own (held-out pages never reach the simulator's retrieval,
-   which also excludes every held-out (task, seed));
+   which also excludes every held-out (task, seed)); then score the
+   simulator's one-step predictions of those held-out real steps (pages it
+   never saw), beside always-0 and the majority class;
 4. **roll out** groups, a share real and the rest on the simulator; every
    real step is shadowed by the simulator's prediction;
 5. **train** the policy briefly with ``dreamgym.trainer``: GRPO with LoRA on
@@ -19,8 +21,9 @@ synchronous trainer can drive its own runtime in between):
 6. **evaluate** again on the same held-out seeds;
 7. **report**: a summary table and ``report.json`` / ``report.md`` with real
    and synthetic steps, success before and after with n and a 95% interval,
-   the simulator's reward accuracy on the real steps it shadowed with n, and
-   the wall-clock of each phase.
+   the simulator's reward accuracy on held-out real steps (and on the
+   shadowed rollout steps) with n and its baselines, and the wall-clock of
+   each phase.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dreamgym._demo_report import (
     DemoReport,
     RolloutFigures,
     ShadowScore,
+    score_predictions,
     score_shadows,
     summary_rows,
     summary_table,
@@ -245,6 +249,7 @@ def run_demo(settings: DemoSettings) -> DemoReport:
     seed_set = {**seed_set, "vectors": grounding.pop("vectors")}
     weights = timed("load policy", lambda: PolicyWeights.load(policy_dir))
     before = timed("3 evaluate before", lambda: anyio.run(_evaluate, settings, weights, "before"))
+    held_out = timed("3 simulator on held-out steps", lambda: anyio.run(_held_out_fidelity, settings, sim_dir))
     rollouts, shadow = timed("4 rollouts", lambda: anyio.run(_rollouts, settings, weights, sim_dir))
     trained = timed("5 train", lambda: _train(settings, weights, sim_dir=sim_dir))
     after_weights = trained.policy if trained is not None else weights
@@ -257,6 +262,7 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         before=before,
         rollouts=rollouts,
         shadow=shadow,
+        held_out=held_out,
         training=_training_record(trained),
         after=after,
         store=store,
@@ -369,6 +375,36 @@ async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) 
     log.info("demo: %s: %d/%d held-out episodes solved (95%% CI %.2f-%.2f)",
              label, result.successes, result.episodes, low, high)  # fmt: skip
     return result
+
+
+async def _held_out_fidelity(settings: DemoSettings, sim_dir: Path) -> ShadowScore:
+    """Phase 3, then: the simulator's one-step predictions of the held-out real steps evaluation played.
+
+    The model never trained on those seeds, and its retrieval (from the
+    demo's store) leaves out every held-out (task, seed): the accuracy says
+    how well it predicts pages it has not seen, on the states the policy visits.
+    """
+    from dreamgym.core.types import Step
+    from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
+    from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
+
+    async with LmdbReplayStore(
+        settings.eval_store_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False)
+    ) as held:
+        steps: list[Step] = []
+        for name in settings.tasks:
+            steps += await held.get_steps(await held.task_seqs(f"miniwob/{name}", source="real"))
+    async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
+        model = load_experience_model(sim_dir, store=store)
+        queries = await teacher_forced_queries(
+            steps, store=store, neighbours=model.config.template.neighbours,
+            exclude_task_seeds=held_out_pairs(settings),
+        )  # fmt: skip
+        made = await predict_steps(model, queries)
+    score = score_predictions([step for step, _ in queries], made.predictions)
+    log.info("demo: simulator right on %d/%d held-out rewards (always-0 %d, majority class %d)",
+             score.reward_correct, score.n, score.zero_reward_correct, score.majority_reward_correct)  # fmt: skip
+    return score
 
 
 async def _rollouts(

@@ -47,13 +47,18 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path, tiny_mo
     assert report["rollouts"]["real_groups"] == report["rollouts"]["synthetic_groups"] == 1
     assert report["rollouts"]["real_steps"] > 0 and report["synthetic_steps"] > 0
     for phase in ("before", "after"):
-        assert report[phase]["episodes"] == 2  # 1 task x 2 held-out seeds
+        played = report[phase]["episodes"] + report[phase]["cut"]
+        assert played == 2  # 1 task x 2 held-out seeds (an infrastructure cut is counted apart)
         assert len(report[phase]["success_ci95"]) == 2
+    held = report["simulator_held_out"]
+    assert held["n"] == report["before"]["steps"]  # every held-out real step of the first evaluation, scored
+    assert 0 <= held["reward_correct"] <= held["n"]
+    assert held["zero_reward_correct"] <= held["majority_reward_correct"] <= held["n"]
     shadow = report["shadow"]
     assert shadow["n"] == report["rollouts"]["real_steps"]  # every real rollout step was shadowed
     assert 0 <= shadow["reward_correct"] <= shadow["n"] and shadow["unusable"] <= shadow["n"]
-    assert set(report["phases_s"]) >= {"1 collect", "2 ground", "3 evaluate before", "4 rollouts", "5 train",
-                                       "6 evaluate after"}  # fmt: skip
+    assert set(report["phases_s"]) >= {"1 collect", "2 ground", "3 evaluate before", "3 simulator on held-out steps",
+                                       "4 rollouts", "5 train", "6 evaluate after"}  # fmt: skip
 
     # Held-out pages stay in evaluation's own store, out of the simulator's reach.
     assert anyio.run(stored_seeds, out / "store") == {0, 1}

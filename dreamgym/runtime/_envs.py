@@ -46,8 +46,10 @@ class SyntheticEnvironment(Environment, Protocol):
         action: Action,
         *,
         seed: int | None = None,
+        exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
     ) -> StepResult:
-        """What ``action`` does from ``observation``, leaving any episode in progress alone."""
+        """What ``action`` does from ``observation``, leaving any episode in progress alone; retrieval (if
+        any) skips ``exclude_task_seeds`` (a shadowed real step's own task and seed)."""
         ...
 
 

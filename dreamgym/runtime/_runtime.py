@@ -377,8 +377,14 @@ class Runtime:
         began = time.perf_counter()
         try:
             async with self._synthetic_pool().lease() as lease:
+                # the leakage rule: not this step's own episode (committed already) nor its same-start siblings
                 result = await lease.env.predict_step(
-                    group.spec.task, history, step.observation, step.action, seed=step.seed
+                    group.spec.task,
+                    history,
+                    step.observation,
+                    step.action,
+                    seed=step.seed,
+                    exclude_task_seeds=((step.task_id, step.seed),),
                 )
             predicted = shadow_step(step, result, time.perf_counter() - began)
         except Exception as exc:

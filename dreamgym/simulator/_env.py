@@ -10,9 +10,12 @@ reason ``model_output``; a failing backend as truncated with ``backend``. Both
 are counted in :attr:`SimulatedEnv.stats`, never raised.
 
 Leakage rule: ``exclude_episodes`` and ``exclude_task_seeds`` are removed from
-retrieval. Whoever evaluates the simulator on held-out data passes the
-episode under evaluation and every held-out (task, seed) here; they are the
-same lists SFT data building takes.
+retrieval and from the real first pages episodes start on. Whoever evaluates
+the simulator on held-out data passes the episode under evaluation and every
+held-out (task, seed) here; they are the same lists SFT data building takes.
+A shadow prediction of a real step (:meth:`SimulatedEnv.predict_step` with
+``exclude_task_seeds``) also leaves out the step's own (task, seed): its own
+episode, already committed, and its siblings from the same start.
 """
 
 from __future__ import annotations
@@ -165,11 +168,14 @@ class SimulatedEnv:
         action: Action,
         *,
         seed: int | None = None,
+        exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
     ) -> StepResult:
         """What the simulator says ``action`` does from ``observation``, leaving the episode alone.
 
         ``step`` is this plus the episode's bookkeeping; shadow mode calls it
-        beside each real step. A prediction that fails comes back truncated
+        beside each real step, with that step's (task, seed) in
+        ``exclude_task_seeds`` (retrieval then skips them, on top of the
+        config's exclusions). A prediction that fails comes back truncated
         (``model_output`` or ``backend``) with the page unchanged.
         """
         self.stats.steps += 1
@@ -184,7 +190,7 @@ class SimulatedEnv:
             history=tuple(history),
             observation=observation,
             action=action,
-            neighbours=await self._neighbours(task, observation, action),
+            neighbours=await self._neighbours(task, observation, action, exclude_task_seeds),
             seed=seed,
         )
         info: dict[str, Any] = {"experience_model_id": self.model.model_id}
@@ -245,7 +251,13 @@ class SimulatedEnv:
             info={**info, "error": error},
         )
 
-    async def _neighbours(self, task: Task, observation: Observation, action: Action) -> tuple[Neighbour, ...]:
+    async def _neighbours(
+        self,
+        task: Task,
+        observation: Observation,
+        action: Action,
+        exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    ) -> tuple[Neighbour, ...]:
         if self.store is None or self.config.neighbours == 0:
             return ()
         text = transition_text(observation.goal or task.instruction, str(action), observation.state)
@@ -255,14 +267,19 @@ class SimulatedEnv:
             source="real",
             site=task.site or None if self.config.same_site else None,
             exclude_episodes=self.config.exclude_episodes,
-            exclude_task_seeds=self.config.exclude_task_seeds,
+            exclude_task_seeds=(*self.config.exclude_task_seeds, *exclude_task_seeds),
         )
         return tuple(found)
 
     async def _first_page(self, task: Task, seed: int | None) -> Observation:
         if self.config.real_starts and self.store is not None:
             if task.task_id not in self._starts:
-                self._starts[task.task_id] = await real_start_pages(self.store, task.task_id)
+                self._starts[task.task_id] = await real_start_pages(
+                    self.store,
+                    task.task_id,
+                    exclude_episodes=self.config.exclude_episodes,
+                    exclude_task_seeds=self.config.exclude_task_seeds,
+                )
             pages = self._starts[task.task_id]
             if pages:
                 self.stats.real_starts += 1
@@ -274,10 +291,26 @@ class SimulatedEnv:
         self._episode = None
 
 
-async def real_start_pages(store: ReplayStore, task_id: str) -> list[tuple[int | None, Observation]]:
-    """The first observations of a task's real episodes, one per seed, by seed."""
+async def real_start_pages(
+    store: ReplayStore,
+    task_id: str,
+    *,
+    exclude_episodes: Sequence[str] = (),
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+) -> list[tuple[int | None, Observation]]:
+    """The first observations of a task's real episodes, one per seed, by seed.
+
+    Held-out episodes and (task, seed) pairs (``None`` as seed: every seed of
+    the task) are left out, as retrieval leaves them out.
+    """
+    held_out = set(exclude_task_seeds)
+    if (task_id, None) in held_out:
+        return []
+    skipped = set(exclude_episodes)
     starts: dict[int | None, Observation] = {}
     for step in await store.get_steps(await store.task_seqs(task_id, source="real")):
+        if (task_id, step.seed) in held_out or step.episode_id in skipped:
+            continue
         if step.step_index == 0 and step.seed not in starts:
             starts[step.seed] = step.observation
     return sorted(starts.items(), key=lambda item: (item[0] is None, item[0] or 0))

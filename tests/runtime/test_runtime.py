@@ -157,6 +157,29 @@ async def test_shadow_mode_stores_the_prediction_beside_each_real_step(tmp_path:
         assert rt.stats.snapshot().shadow_steps == 2 and rt.stats.snapshot().synthetic_steps == 0
 
 
+async def test_a_shadow_prediction_retrieves_neither_its_episode_nor_its_same_seed_siblings(tmp_path: Path) -> None:
+    from dreamgym.simulator import ExperienceModelConfig, LLMExperienceModel, SimulatedEnv, TemplateConfig
+
+    backend = ToyBackend()
+    template = TemplateConfig(history=4, neighbours=4)
+    model = LLMExperienceModel(backend, config=ExperienceModelConfig(template=template))
+    async with open_store(tmp_path / "store") as store, runtime(store) as earlier:
+        # real episodes of seeds 0 and 2 are already in the store; then a shadowed group of seed 2 runs
+        await earlier.run_groups([GroupSpec(task=TASK, size=2, seed=seed, source="real") for seed in (0, 2)])
+        await store.flush()
+        grounded = Runtime(
+            policy=ToyPolicy(), store=store, real_env=lambda: ToyFormEnv(),
+            synthetic_env=lambda: SimulatedEnv(model, store=store),
+            config=RuntimeConfig(real_concurrency=1),
+        )  # fmt: skip
+        async with grounded:
+            await grounded.run_groups([GroupSpec(task=TASK, size=2, seed=2, source="real", shadow=True)])
+    sections = [p.split("Similar real transitions", 1)[1].split("Current state:")[0] for p in backend.step_prompts]
+    assert len(sections) == 4 and all(sections)  # every shadowed step retrieved neighbours...
+    goals = [line for section in sections for line in section.splitlines() if " goal: " in line]
+    assert goals and all(page(0).goal in line for line in goals)  # ...of seed 0 only, never of seed 2
+
+
 async def test_branching_continues_on_the_simulator_from_the_recorded_real_state(tmp_path: Path) -> None:
     backend, policy = ToyBackend(), ToyPolicy()
     async with open_store(tmp_path / "store") as store, runtime(store, backend=backend, policy=policy) as rt:

@@ -209,3 +209,40 @@ async def test_predict_step_leaves_the_running_episode_alone() -> None:
     assert shadow.observation.state == toy_form.page(0, "Bo").state
     real = await env.step(parse_action("type [e2] [Ana] [0]"))
     assert real.observation.state == toy_form.page(0, "Ana").state
+
+
+async def test_real_start_pages_leave_out_held_out_pairs(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(4))
+        open_env = SimulatedEnv(model(ScriptedBackend(by_action)), store=store)
+        assert (await open_env.reset(toy_form.TASK, seed=1)).goal == toy_form.goal(1)  # its own recorded page
+        held = SimulatorConfig(exclude_task_seeds=(("toy/form", 1),))
+        env = SimulatedEnv(model(ScriptedBackend(by_action)), store=store, config=held)
+        for seed in range(6):
+            first = await env.reset(toy_form.TASK, seed=seed)
+            assert first.goal != toy_form.goal(1), f"seed {seed} started on the held-out seed's page"
+        assert env.stats.real_starts == 6
+
+
+async def test_a_wholly_held_out_task_has_no_real_start_pages(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(3))
+        first_page = f"<state>\n{toy_form.page(7).state}\n</state>"
+        backend = ScriptedBackend([first_page])
+        config = SimulatorConfig(exclude_task_seeds=(("toy/form", None),))
+        env = SimulatedEnv(model(backend), store=store, config=config)
+        await env.reset(toy_form.TASK, seed=0)
+        assert (env.stats.real_starts, env.stats.predicted_starts) == (0, 1)  # the model wrote it
+
+
+async def test_a_prediction_with_held_out_pairs_retrieves_none_of_them(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(4))
+        backend = ScriptedBackend(by_action)
+        env = SimulatedEnv(model(backend), store=store)
+        own = (toy_form.TASK.task_id, 2)
+        shadow = await env.predict_step(
+            toy_form.TASK, [], toy_form.page(2), parse_action("type [e2] [Cyd] [0]"), seed=2, exclude_task_seeds=(own,)
+        )
+        seen = await store.get_steps(shadow.info["neighbours"])
+        assert seen and all((s.task_id, s.seed) != own for s in seen)
