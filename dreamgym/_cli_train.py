@@ -126,10 +126,12 @@ def _run_train(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=1))
         return 0
     print(f"{config.mode}: {result.state.update} updates in {result.seconds:.0f} s -> {result.final_dir}")
+    cuts = ", ".join(f"{reason} {n}" for reason, n in sorted(result.state.cut_episodes.items())) or "none"
     print(f"real transitions used: {result.state.real_steps}; synthetic: {result.state.synthetic_steps}; "
-          f"groups dropped: {result.state.dropped_groups}")  # fmt: skip
+          f"groups dropped: {result.state.dropped_groups}; episodes cut by the infrastructure: {cuts}")  # fmt: skip
     for update, evaluation in result.evaluations:
         low, high = evaluation.interval
+        cut = f"; {evaluation.cut} cut by the infrastructure, not counted" if evaluation.cut else ""
         print(f"  held-out success after {update} updates: {evaluation.successes}/{evaluation.episodes} "
-              f"({evaluation.success_rate:.2f}, 95% CI {low:.2f}-{high:.2f})")  # fmt: skip
+              f"({evaluation.success_rate:.2f}, 95% CI {low:.2f}-{high:.2f}{cut})")  # fmt: skip
     return 0

@@ -8,9 +8,12 @@ tokenized alone and appended:
 
 - turn 0: the chat template's prompt for ``[system, user]`` with the
   generation prefix (``...<|im_start|>assistant\\n``) -> ``prompt_ids``;
-- each reply: the action text's ids, then the end-of-turn token (the
-  tokenizer's EOS, which the template closes assistant turns with) ->
-  ``action_ids``, every one with its log-probability;
+- each reply: the action text's ids (an index policy's: one label token),
+  then the end-of-turn token (the tokenizer's EOS, which the template closes
+  assistant turns with) -> ``action_ids``, every one with its
+  log-probability, and in ``action_mask`` whether the policy drew it (an end
+  of turn appended after ``</action>``, at the length cap or after a label
+  was not drawn: 0, never trained);
 - each later turn: what the template writes after that EOS (often ``\\n``),
   the next user message in the template's user-turn format, and the
   generation prefix, tokenized together -> the environment's ids.

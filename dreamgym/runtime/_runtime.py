@@ -9,8 +9,11 @@ Structure (one event loop, anyio on asyncio)::
 Every episode ends in one of four ways, each recorded on its last step and
 its :class:`~dreamgym.core.types.Episode`: the environment terminated or
 truncated it; the step limit (``step_limit``); the deadline (``deadline``);
-an exception in the environment or the policy (``error``, with
-``Episode.error`` saying which; the finished steps are kept). None of these
+an exception in the environment or the policy (``backend`` for a model
+backend's, ``store`` for the store's, ``error`` for any other, with
+``Episode.error`` saying which; the finished steps are kept). An episode the
+store did not take comes back truncated ``store``. All but the first two are
+infrastructure cuts (:data:`~dreamgym.core.INFRASTRUCTURE_CUTS`): outcome ``None``. None of these
 stops another episode. Cancelling ``run_groups`` stops every episode at its
 next checkpoint; the finished steps of each, and its summary (``cancelled``),
 are committed before the cancellation propagates.

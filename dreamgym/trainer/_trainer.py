@@ -8,15 +8,18 @@ G times; TRL 1.16). The trainer's rollout function ignores the prompt text
 mode, and runs the groups through the runtime's portal: G episodes per
 group, one start each. Each episode comes back as one TRL sample: the first
 prompt, then a completion that interleaves the policy's ids (trained) with
-the environment's answers (``env_mask`` 0, never trained), the policy's
-recorded log-probabilities, and the episode's outcome reward. TRL normalises
-the rewards within each group and steps the optimizer.
+the environment's answers and appended ends of turn (``env_mask`` 0, never
+trained), the policy's recorded log-probabilities (those it drew each token
+with, at its temperature, which TRL is configured to score at), and the
+episode's outcome reward. TRL normalises the rewards within each group and
+steps the optimizer; the policy's weights count is bumped after every step.
 
-A group is dropped — its rewards reported as ``None``, which TRL turns into
-zero advantage and leaves out of the group baseline — and counted when its
-episodes did not start from one observation (a live site that does not
-reset) or when one of them ended without a token record (an exception
-before the first action).
+An episode the infrastructure ended (:data:`~dreamgym.core.INFRASTRUCTURE_CUTS`)
+or that has no token record is reported with reward ``None``, which TRL 1.16
+turns into zero advantage and leaves out of the group baseline; cuts are
+counted by reason. A group is dropped (every reward ``None``) and counted
+when its episodes did not start from one observation (a live site that does
+not reset) or fewer than two of them are scorable.
 
 The trainer's own state (counters, the task pool's generated tasks, the
 share of real groups carried between updates) is saved beside TRL's
@@ -507,8 +510,9 @@ class Trainer:
             kind="eval",
         )
         log.info(
-            "update %d: held-out success %.3f (%d/%d, 95%% CI %.2f-%.2f); %d real transitions used by training",
-            self.state.update, result.success_rate, result.successes, result.episodes, low, high,
+            "update %d: held-out success %.3f (%d/%d, 95%% CI %.2f-%.2f; %d cut by the infrastructure, apart); "
+            "%d real transitions used by training",
+            self.state.update, result.success_rate, result.successes, result.episodes, low, high, result.cut,
             self.state.real_steps,
         )  # fmt: skip
         return result
