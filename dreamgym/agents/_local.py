@@ -343,8 +343,9 @@ class LocalPolicy:
         self.policy_id = self._policy_id()
 
     def input_ids(self, task: Task, history: Sequence[Step], observation: Observation) -> list[int]:
-        """The ids this policy feeds its model on this turn (before any candidate)."""
-        return turn_prefix(self.turns, self.system, task, history, observation, self.config.answer_format)[0]
+        """The ids this policy feeds its model on this turn (before any candidate; an index policy's
+        prompt lists its choices)."""
+        return self._prefix(_Request(task=task, history=tuple(history), observation=observation))[0]
 
     async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
         """Choose (or generate) the next action, with the turn's token record.

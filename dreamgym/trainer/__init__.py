@@ -5,14 +5,19 @@
 - ``Sides``: what a run plays on, opened in the trainer's event loop; ``ModelSlot``
   and ``sft_refit`` let it refit the experience model during training.
 - ``evaluate``: success of a policy on held-out real tasks and seeds, with n and a 95% interval.
+- ``tiny_index_policy`` and ``warm_start``: a ~1M-parameter index policy built from scratch, and
+  behaviour cloning from demonstrations (``demonstrations``) before RL.
 """
 
 from dreamgym.trainer._config import LoraSettings, Mode, TrainConfig
 from dreamgym.trainer._evaluate import EvalResult, TaskScore, evaluate, wilson_interval
 from dreamgym.trainer._sides import ModelSlot, OpenSides, Refit, Sides, sft_refit
+from dreamgym.trainer._tiny import TinyPolicyConfig, tiny_index_policy
 from dreamgym.trainer._trainer import Trainer, TrainerState, TrainResult, latest_checkpoint
+from dreamgym.trainer._warm import Demonstration, WarmStartConfig, WarmStartResult, demonstrations, warm_start
 
 __all__ = [
+    "Demonstration",
     "EvalResult",
     "LoraSettings",
     "Mode",
@@ -21,12 +26,18 @@ __all__ = [
     "Refit",
     "Sides",
     "TaskScore",
+    "TinyPolicyConfig",
     "TrainConfig",
     "TrainResult",
     "Trainer",
     "TrainerState",
+    "WarmStartConfig",
+    "WarmStartResult",
+    "demonstrations",
     "evaluate",
     "latest_checkpoint",
     "sft_refit",
+    "tiny_index_policy",
+    "warm_start",
     "wilson_interval",
 ]

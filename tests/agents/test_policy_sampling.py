@@ -103,7 +103,10 @@ async def test_index_mode_records_the_scaled_logprob_of_the_drawn_label(labelled
     assert len(tokens.action_ids) in (1, 2) and tokens.sampled[0] == 1
     if len(tokens.action_ids) == 2:  # a label, then the end of turn appended without being drawn
         assert tokens.action_ids[1] == policy.turns.eos_id and tokens.action_mask == (1, 0)
-    expected = fresh_logprobs(policy, policy.input_ids(TASK, [], PAGES[0]))
+    fed = policy.input_ids(TASK, [], PAGES[0])
+    assert list(tokens.prompt_ids) == fed  # the first turn's record is the prompt, its choices listed
+    assert "Choices:" in policy.tokenizer.decode(fed)
+    expected = fresh_logprobs(policy, fed)
     assert tokens.action_logprobs[0] == pytest.approx(float(expected[tokens.action_ids[0]]), abs=1e-3)
 
 

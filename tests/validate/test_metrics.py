@@ -94,7 +94,8 @@ async def test_the_baselines_score_what_they_should(tmp_path: Path) -> None:
     assert report.action_errors["unchanged"].predicted_unchanged == 1.0
     # With every pair of the task held out, nothing is retrieved and copying the top neighbour keeps the page.
     copy = report.one_step["copy_top_retrieved"]
-    assert {**copy.as_dict(), "name": ""} == {**unchanged.as_dict(), "name": ""}
+    untimed = {"name": "", "seconds_per_step": 0.0}  # scores, not how long each took (a loaded machine varies)
+    assert {**copy.as_dict(), **untimed} == {**unchanged.as_dict(), **untimed}
     # Open loop, the unchanged page stays the first page: right at k=1 on the error step only.
     drift = report.open_loop["unchanged"]
     assert drift[0].n == 6 and drift[0].similarity == pytest.approx((3 + 3 * 2 / 3) / 6, abs=1e-4)

@@ -1,0 +1,197 @@
+"""Behaviour cloning for an ``index`` policy: a warm start from demonstrations, before any RL.
+
+Each demonstrated step becomes one example: the ids the policy would feed
+its model on that turn (the episode so far, rebuilt from the steps'
+content, with the page's listed choices) and the label token of the action
+the demonstrator took among those choices. The loss is the cross-entropy of
+that one token under the policy's full softmax: exactly the quantity the
+policy samples from and GRPO later trains, so a warm start and RL move the
+same distribution. An action matches a choice by name and arguments (its
+label and raw text are cosmetic). Steps whose action is not among the page's
+choices (or past the 64 labels) are skipped and counted.
+
+The warm start runs before the trainer is built; afterwards only the GRPO
+loss moves the weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from dreamgym.agents import INDEX_TOKENS, LocalPolicy
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.types import Step, Task
+
+__all__ = ["Demonstration", "WarmStartConfig", "WarmStartResult", "demonstrations", "warm_start"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmStartConfig:
+    """How long and how hard behaviour cloning trains."""
+
+    epochs: float = 2.0
+    """Passes over the examples (a fraction trains on that share of one pass)."""
+    learning_rate: float = 1e-3
+    batch_size: int = 16
+    seed: int = 0
+    """Shuffles the examples."""
+
+    def __post_init__(self) -> None:
+        if not (self.epochs > 0 and math.isfinite(self.epochs)):
+            raise ConfigError(f"WarmStartConfig.epochs must be > 0, got {self.epochs}")
+        if self.learning_rate <= 0 or self.batch_size < 1:
+            raise ConfigError("WarmStartConfig.learning_rate must be > 0 and batch_size >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demonstration:
+    """One demonstrated decision: the policy's input ids on that turn and the label id to answer."""
+
+    ids: tuple[int, ...]
+    label: int
+    task_id: str
+    episode_id: str
+    step_index: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmStartResult:
+    """What a warm start did."""
+
+    examples: int
+    updates: int
+    first_loss: float
+    last_loss: float
+    """Mean cross-entropy of the first and last tenth of the updates."""
+    accuracy: float
+    """Share of the examples whose label is the policy's most likely token afterwards."""
+
+
+def demonstrations(
+    policy: LocalPolicy, episodes: Sequence[Sequence[Step]], tasks: Sequence[Task]
+) -> tuple[list[Demonstration], int]:
+    """The examples of ``episodes`` (each a demonstrator's steps) for ``policy``; and how many steps were skipped.
+
+    Raises:
+        ConfigError: The policy is not an ``index`` policy, or an episode's task is not among ``tasks``.
+    """
+    if policy.config.mode != "index":
+        raise ConfigError(f"behaviour cloning trains an index policy's label token; {policy.policy_id} is not one")
+    by_id = {task.task_id: task for task in tasks}
+    found: list[Demonstration] = []
+    skipped = 0
+    for episode in episodes:
+        steps = sorted(episode, key=lambda step: step.step_index)
+        history: list[Step] = []
+        for step in steps:
+            task = by_id.get(step.task_id)
+            if task is None:
+                raise ConfigError(f"demonstration of {step.task_id!r}, which is not among the given tasks")
+            keys = [(choice.name, choice.args) for choice in policy.choices(task, step.observation)]
+            key = (step.action.name, step.action.args)  # labels and raw text are cosmetic
+            if key in keys:
+                index = keys.index(key)
+                label = policy.turns.encode(INDEX_TOKENS[index])[0]
+                ids = policy.input_ids(task, history, step.observation)
+                found.append(
+                    Demonstration(
+                        ids=tuple(ids),
+                        label=label,
+                        task_id=step.task_id,
+                        episode_id=step.episode_id,
+                        step_index=step.step_index,
+                    )
+                )
+            else:
+                skipped += 1
+            history.append(msgspec.structs.replace(step, policy_tokens=None))
+    return found, skipped
+
+
+def warm_start(policy: LocalPolicy, examples: Sequence[Demonstration], config: WarmStartConfig) -> WarmStartResult:
+    """Train ``policy``'s model in place on ``examples`` (cross-entropy of the label token); say so to its caches.
+
+    Raises:
+        ConfigError: There are no examples.
+    """
+    import torch
+
+    if not examples:
+        raise ConfigError("behaviour cloning needs at least one demonstration")
+    model = policy.model
+    order = list(range(len(examples)))
+    rng = random.Random(config.seed)
+    total = max(1, round(config.epochs * len(examples) / config.batch_size))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    losses: list[float] = []
+    model.train()
+    try:
+        batch: list[int] = []
+        for _ in range(total):
+            if len(batch) < config.batch_size:
+                rng.shuffle(order)
+                batch = batch + order
+            chosen, batch = batch[: config.batch_size], batch[config.batch_size :]
+            loss = _loss(model, [examples[n] for n in chosen], policy.turns.eos_id)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    finally:
+        model.eval()
+        policy.weights_changed()
+    accuracy = _accuracy(model, examples, policy.turns.eos_id)
+    tenth = max(1, len(losses) // 10)
+    result = WarmStartResult(
+        examples=len(examples),
+        updates=total,
+        first_loss=sum(losses[:tenth]) / tenth,
+        last_loss=sum(losses[-tenth:]) / tenth,
+        accuracy=accuracy,
+    )
+    log.info("warm start: %d examples, %d updates, loss %.3f -> %.3f, label accuracy %.3f",
+             result.examples, result.updates, result.first_loss, result.last_loss, result.accuracy)  # fmt: skip
+    return result
+
+
+def _last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
+    """The logits after each row's last id (rows right-padded, masked)."""
+    import torch
+
+    width = max(len(row.ids) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for n, row in enumerate(rows):
+        ids[n, : len(row.ids)] = torch.tensor(row.ids)
+        mask[n, : len(row.ids)] = 1
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    last = torch.tensor([len(row.ids) - 1 for row in rows])
+    return logits[torch.arange(len(rows)), last].float()
+
+
+def _loss(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
+    import torch
+
+    logits = _last_logits(model, rows, pad_id)
+    return torch.nn.functional.cross_entropy(logits, torch.tensor([row.label for row in rows]))
+
+
+def _accuracy(model: Any, examples: Sequence[Demonstration], pad_id: int, batch: int = 32) -> float:
+    import torch
+
+    right = 0
+    with torch.inference_mode():
+        for start in range(0, len(examples), batch):
+            rows = examples[start : start + batch]
+            logits = _last_logits(model, rows, pad_id)
+            right += sum(int(int(logits[n].argmax()) == row.label) for n, row in enumerate(rows))
+    return right / len(examples)

@@ -1,0 +1,68 @@
+"""The tiny index policy and its behaviour-cloning warm start, on the toy form page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from runtime_helpers import NAMES, TASK, page
+
+from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+from dreamgym.core import ConfigError, Step, parse_action
+from dreamgym.trainer import TinyPolicyConfig, WarmStartConfig, demonstrations, tiny_index_policy, warm_start
+
+pytestmark = pytest.mark.timeout(120)
+
+SMALL = TinyPolicyConfig(vocab_size=400, hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128)
+
+
+def demo(seed: int) -> list[Step]:
+    """The toy form solved as a demonstrator would: type the asked name, then Submit (texts as parsed)."""
+    name = NAMES[seed % len(NAMES)]
+    first, typed = page(seed), page(seed, name)
+    common = {"source": "real", "task_id": TASK.task_id, "episode_id": f"demo-{seed}", "seed": seed}
+    return [
+        Step(**common, step_index=0, observation=first, action=parse_action(f"type [e2] [{name}] [0]"),
+             next_observation=typed),
+        Step(**common, step_index=1, observation=typed, action=parse_action("click [e3]"), next_observation=typed,
+             reward=1.0, terminated=True),
+    ]  # fmt: skip
+
+
+def build() -> tuple[Any, Any]:
+    pages = [(TASK, p) for seed in range(4) for p in (page(seed), page(seed, NAMES[seed]))]
+    return tiny_index_policy(pages, SMALL)
+
+
+def test_the_tiny_policy_is_small_and_answers_with_label_tokens() -> None:
+    model, tokenizer = build()
+    assert sum(p.numel() for p in model.parameters()) < 5_000_000
+    policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index"))
+    decision = anyio.run(policy.act, TASK, [], page(0))
+    assert decision.tokens is not None and len(decision.tokens.action_ids) in (1, 2)
+
+
+def test_warm_start_teaches_the_demonstrated_choices() -> None:
+    model, tokenizer = build()
+    policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
+    examples, skipped = demonstrations(policy, [demo(seed) for seed in range(4)], [TASK])
+    assert (len(examples), skipped) == (8, 0)  # "click [e3]" matches the labelled choice 'click [e3] "Submit"'
+    result = warm_start(policy, examples, WarmStartConfig(epochs=40, learning_rate=1e-2, batch_size=8))
+    assert result.last_loss < result.first_loss
+    assert result.accuracy == 1.0
+    for seed in range(4):  # greedy, the policy now does what it was shown, on every page it was shown
+        first = anyio.run(policy.act, TASK, [], page(seed))
+        assert (first.action.name, first.action.args) == ("type", ("e2", NAMES[seed], "0"))
+
+
+def test_demonstrations_skip_actions_that_are_not_listed_choices() -> None:
+    model, tokenizer = build()
+    policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index"))
+    steps = demo(0)
+    odd = Step(source="real", task_id=TASK.task_id, episode_id="odd", step_index=0, observation=page(0),
+               action=parse_action("hover [e3]"), next_observation=page(0))  # fmt: skip
+    examples, skipped = demonstrations(policy, [steps, [odd]], [TASK])
+    assert (len(examples), skipped) == (2, 1)
+    with pytest.raises(ConfigError, match="index policy"):
+        demonstrations(LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="generate")), [steps], [TASK])
