@@ -122,12 +122,12 @@ async def _collect_demos(args: argparse.Namespace, names: list[str]) -> list[lis
 
 
 def _build_policy(args: argparse.Namespace, tasks: list[Any], demos: list[list[Any]]) -> tuple[Any, Any]:
-    from dreamgym.trainer import TinyPolicyConfig, tiny_index_policy
+    from dreamgym.trainer import tiny_index_policy
 
     by_id = {task.task_id: task for task in tasks}
     pages = [(by_id[step.task_id], step.observation) for episode in demos for step in episode]
     pages += [(by_id[step.task_id], step.next_observation) for episode in demos for step in episode]
-    return tiny_index_policy(pages, TinyPolicyConfig(seed=args.seed))
+    return tiny_index_policy(pages, seed=args.seed)
 
 
 def _policy(model: Any, tokenizer: Any, args: argparse.Namespace, *, temperature: float, limiter: Any = None) -> Any:

@@ -12,11 +12,12 @@
 from dreamgym.trainer._config import LoraSettings, Mode, TrainConfig
 from dreamgym.trainer._evaluate import EvalResult, TaskScore, evaluate, wilson_interval
 from dreamgym.trainer._sides import ModelSlot, OpenSides, Refit, Sides, sft_refit
-from dreamgym.trainer._tiny import TinyPolicyConfig, tiny_index_policy
+from dreamgym.trainer._tiny import TINY_POLICY, tiny_index_policy
 from dreamgym.trainer._trainer import Trainer, TrainerState, TrainResult, latest_checkpoint
 from dreamgym.trainer._warm import Demonstration, WarmStartConfig, WarmStartResult, demonstrations, warm_start
 
 __all__ = [
+    "TINY_POLICY",
     "Demonstration",
     "EvalResult",
     "LoraSettings",
@@ -26,7 +27,6 @@ __all__ = [
     "Refit",
     "Sides",
     "TaskScore",
-    "TinyPolicyConfig",
     "TrainConfig",
     "TrainResult",
     "Trainer",

@@ -13,7 +13,6 @@ the demonstrator episodes gives RL somewhere to start from.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +23,22 @@ from dreamgym.core.types import Observation, Task
 from dreamgym.simulator import ScratchModelConfig
 from dreamgym.simulator._sft import scratch_model, train_tokenizer
 
-__all__ = ["TinyPolicyConfig", "tiny_index_policy"]
+__all__ = ["TINY_POLICY", "tiny_index_policy"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TinyPolicyConfig:
-    """The tiny policy's size (defaults: ~1.1M parameters, a 4,096-token context)."""
-
-    vocab_size: int = 2000
-    hidden_size: int = 128
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate_size: int = 384
-    max_positions: int = 4096
-    """The context cap: an episode whose ids outgrow it ends with a clear error."""
-    seed: int = 0
+TINY_POLICY = ScratchModelConfig(
+    vocab_size=2000, hidden_size=128, layers=4, heads=4, kv_heads=2, intermediate_size=384, max_positions=4096
+)
+"""The tiny policy's default shape: ~1.05M parameters, a 4,096-token context (an episode whose ids
+outgrow it ends with a clear error)."""
 
 
 def tiny_index_policy(
-    pages: Sequence[tuple[Task, Observation]], config: TinyPolicyConfig | None = None, *, out_dir: Path | None = None
+    pages: Sequence[tuple[Task, Observation]],
+    shape: ScratchModelConfig = TINY_POLICY,
+    *,
+    seed: int = 0,
+    out_dir: Path | None = None,
 ) -> tuple[Any, Any]:
     """A new tiny causal LM and its tokenizer (trained on the prompts of ``pages``), with the label tokens.
 
@@ -52,23 +47,13 @@ def tiny_index_policy(
     ``index`` policy shows them. With ``out_dir`` both are saved there, for
     :meth:`~dreamgym.agents.LocalPolicy.load`.
     """
-    config = config or TinyPolicyConfig()
     texts = [system_message("index", list_actions=False)]
     for task, observation in pages:
         goal = observation.goal or task.instruction
         choices = candidate_actions(parse_state(observation.state), goal)[: len(INDEX_TOKENS)]
         texts.append(user_message(goal, observation, choices=choices))
-    tokenizer = train_tokenizer(texts, config.vocab_size)
-    shape = ScratchModelConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        layers=config.layers,
-        heads=config.heads,
-        kv_heads=config.kv_heads,
-        intermediate_size=config.intermediate_size,
-        max_positions=config.max_positions,
-    )
-    model = scratch_model(tokenizer, shape, seed=config.seed)
+    tokenizer = train_tokenizer(texts, shape.vocab_size)
+    model = scratch_model(tokenizer, shape, seed=seed)
     add_index_tokens(model, tokenizer)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,11 +10,12 @@ from runtime_helpers import NAMES, TASK, page
 
 from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 from dreamgym.core import ConfigError, Step, parse_action
-from dreamgym.trainer import TinyPolicyConfig, WarmStartConfig, demonstrations, tiny_index_policy, warm_start
+from dreamgym.simulator import ScratchModelConfig
+from dreamgym.trainer import WarmStartConfig, demonstrations, tiny_index_policy, warm_start
 
 pytestmark = pytest.mark.timeout(120)
 
-SMALL = TinyPolicyConfig(vocab_size=400, hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128)
+SMALL = ScratchModelConfig(vocab_size=400, hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128)
 
 
 def demo(seed: int) -> list[Step]:
