@@ -184,17 +184,18 @@ async def _evaluate(
         embedder=HashingEmbedder(64), store_config=StoreConfig(auto_index=False),
     ) as (runtime, _):  # fmt: skip
         result = await evaluate(runtime, tasks, seeds, label=label)
-        invalid = await _invalid_rates(runtime.store, tasks, label)
-    return _scores(result, invalid)
+        invalid = await _invalid_rates(runtime.store, tasks, [label])
+    return _scores(result, invalid[label])
 
 
-async def _invalid_rates(store: Any, tasks: list[Any], label: str) -> dict[str, float]:
-    """Per task: the share of steps of this evaluation whose action labels no listed choice."""
-    rates = {}
+async def _invalid_rates(store: Any, tasks: list[Any], labels: list[str]) -> dict[str, dict[str, float]]:
+    """Per evaluation label, per task: the share of its steps whose action labels no listed choice."""
+    rates: dict[str, dict[str, float]] = {label: {} for label in labels}
     for task in tasks:
-        steps = await store.get_steps(await store.task_seqs(task.task_id, source="real"))
-        mine = [s for s in steps if s.group_id.startswith(f"{label}/")]
-        rates[task.task_id] = sum(s.action.is_invalid for s in mine) / len(mine) if mine else 0.0
+        steps = await store.get_steps(await store.task_seqs(task.task_id, source="real"))  # read once per task
+        for label in labels:
+            mine = [s for s in steps if s.group_id.startswith(f"{label}/")]
+            rates[label][task.task_id] = sum(s.action.is_invalid for s in mine) / len(mine) if mine else 0.0
     return rates
 
 
@@ -248,7 +249,8 @@ async def _eval_invalid_rates(path: Path, tasks: list[Any], updates: list[int]) 
     from dreamgym.replay import LmdbReplayStore
 
     async with LmdbReplayStore(path, readonly=True) as store:
-        return {update: await _invalid_rates(store, tasks, f"eval/u{update}") for update in updates}
+        rates = await _invalid_rates(store, tasks, [f"eval/u{update}" for update in updates])
+    return {update: rates[f"eval/u{update}"] for update in updates}
 
 
 def _real_transitions(metrics: Path) -> dict[int, int]:

@@ -285,7 +285,7 @@ def outcome_reward(episode: Episode) -> float | None:
     advantage and leaves it out of its group's baseline; an evaluation counts it apart."""
     if episode.cut_reason:
         return None
-    return min(1.0, max(0.0, episode.total_reward))
+    return min(1.0, max(0.0, episode.total_reward))  # schema-1 episodes stored the sum of their step rewards
 
 
 _ANY_RECORD = Task | Observation | Action | PolicyTokens | StepTimings | Step | Episode

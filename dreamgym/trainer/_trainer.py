@@ -641,7 +641,6 @@ class _Callback(TrainerCallback):
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        self.trainer.policy.weights_changed()
         if self.trainer._after_update(state.global_step):
             control.should_save = True
         return control
