@@ -66,12 +66,12 @@ def main() -> int:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="click-button,click-tab,click-checkboxes,enter-text,click-option")
+    parser.add_argument("--tasks", default="click-button,click-collapsible-nodelay,enter-password,enter-text,login-user")
     parser.add_argument("--bc-seeds", default="0-39", help="seeds of the demonstrator episodes the warm start clones")
     parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
     parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
     parser.add_argument("--train-seeds", default="100-999", help="seeds GRPO's groups start from")
-    parser.add_argument("--warm-epochs", default="0.5,1,2,4,8", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-epochs", default="0.25,0.5,1,2,4", help="warm-start sizes to try, in order")
     parser.add_argument("--warm-lr", type=float, default=2e-3)
     parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=20)

@@ -128,19 +128,17 @@ def warm_start(policy: LocalPolicy, examples: Sequence[Demonstration], config: W
     if not examples:
         raise ConfigError("behaviour cloning needs at least one demonstration")
     model = policy.model
-    order = list(range(len(examples)))
     rng = random.Random(config.seed)
     total = max(1, round(config.epochs * len(examples) / config.batch_size))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     losses: list[float] = []
     model.train()
     try:
-        batch: list[int] = []
+        batches: list[list[int]] = []
         for _ in range(total):
-            if len(batch) < config.batch_size:
-                rng.shuffle(order)
-                batch = batch + order
-            chosen, batch = batch[: config.batch_size], batch[config.batch_size :]
+            if not batches:
+                batches = _length_batches(examples, config.batch_size, rng)
+            chosen = batches.pop()
             loss = _loss(model, [examples[n] for n in chosen], policy.turns.eos_id)
             optimizer.zero_grad()
             loss.backward()
@@ -161,6 +159,20 @@ def warm_start(policy: LocalPolicy, examples: Sequence[Demonstration], config: W
     log.info("warm start: %d examples, %d updates, loss %.3f -> %.3f, label accuracy %.3f",
              result.examples, result.updates, result.first_loss, result.last_loss, result.accuracy)  # fmt: skip
     return result
+
+
+def _length_batches(examples: Sequence[Demonstration], size: int, rng: random.Random) -> list[list[int]]:
+    """One shuffled pass over ``examples`` in batches of similar lengths (padding to a batch's longest row
+    costs as much as real ids, and an episode's late turns are several times its first)."""
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    batches: list[list[int]] = []
+    window = size * 16
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start : start + window], key=lambda n: len(examples[n].ids))
+        batches += [chunk[n : n + size] for n in range(0, len(chunk), size)]
+    rng.shuffle(batches)
+    return batches
 
 
 def _last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
@@ -189,9 +201,10 @@ def _accuracy(model: Any, examples: Sequence[Demonstration], pad_id: int, batch:
     import torch
 
     right = 0
+    ordered = sorted(examples, key=lambda row: len(row.ids))
     with torch.inference_mode():
-        for start in range(0, len(examples), batch):
-            rows = examples[start : start + batch]
+        for start in range(0, len(ordered), batch):
+            rows = ordered[start : start + batch]
             logits = _last_logits(model, rows, pad_id)
             right += sum(int(int(logits[n].argmax()) == row.label) for n, row in enumerate(rows))
     return right / len(examples)
