@@ -66,13 +66,16 @@ def main() -> int:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="click-button,click-collapsible-nodelay,enter-password,enter-text,login-user")
+    parser.add_argument(
+        "--tasks", default="click-button,click-collapsible-nodelay,enter-password,enter-text,login-user"
+    )
     parser.add_argument("--bc-seeds", default="0-39", help="seeds of the demonstrator episodes the warm start clones")
     parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
     parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
     parser.add_argument("--train-seeds", default="100-999", help="seeds GRPO's groups start from")
-    parser.add_argument("--warm-epochs", default="0.25,0.5,1,2,4", help="warm-start sizes to try, in order")
-    parser.add_argument("--warm-lr", type=float, default=2e-3)
+    parser.add_argument("--warm-epochs", default="1,2,3,4,6", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-lr", type=float, default=1e-3)
+    parser.add_argument("--warm-batch", type=int, default=4, help="examples per behaviour-cloning update")
     parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=20)
     parser.add_argument("--group-size", type=int, default=8)
@@ -148,7 +151,11 @@ def _tune_warm_start(
         candidate = copy.deepcopy(model)
         policy = _policy(candidate, tokenizer, args, temperature=0.0)
         examples, skipped = demonstrations(policy, demos, tasks)
-        fit = warm_start(policy, examples, WarmStartConfig(epochs=epochs, learning_rate=args.warm_lr, seed=args.seed))
+        fit = warm_start(
+            policy,
+            examples,
+            WarmStartConfig(epochs=epochs, learning_rate=args.warm_lr, batch_size=args.warm_batch, seed=args.seed),
+        )
         scores = anyio.run(_evaluate, args, tasks, candidate, tokenizer, _seeds(args.val_seeds), f"val-{epochs}")
         row = {"epochs": epochs, "examples": fit.examples, "skipped_steps": skipped, "updates": fit.updates,
                "loss": [round(fit.first_loss, 4), round(fit.last_loss, 4)], "label_accuracy": round(fit.accuracy, 4),

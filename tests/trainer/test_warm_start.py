@@ -67,3 +67,22 @@ def test_demonstrations_skip_actions_that_are_not_listed_choices() -> None:
     assert (len(examples), skipped) == (2, 1)
     with pytest.raises(ConfigError, match="index policy"):
         demonstrations(LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="generate")), [steps], [TASK])
+
+
+def test_a_warm_start_pass_sees_every_example_once_in_batches_of_similar_length() -> None:
+    import random
+
+    from dreamgym.trainer._warm import Demonstration, _length_batches
+
+    lengths = [random.Random(n).randint(5, 900) for n in range(300)]
+    examples = [Demonstration(ids=(1,) * length, label=2, task_id="t", episode_id=f"e{n}", step_index=0)
+                for n, length in enumerate(lengths)]  # fmt: skip
+    batches = _length_batches(examples, 16, random.Random(0))
+    assert sorted(n for batch in batches for n in batch) == list(range(300))
+    assert all(1 <= len(batch) <= 16 for batch in batches)
+    padded = sum(len(batch) * max(lengths[n] for n in batch) for batch in batches)
+    shuffled = list(range(300))
+    random.Random(1).shuffle(shuffled)
+    unsorted = sum(16 * max(lengths[n] for n in shuffled[s : s + 16]) for s in range(0, 300, 16))
+    assert padded < 0.75 * unsorted  # the padding the batching exists to save
+    assert _length_batches(examples, 16, random.Random(0)) == batches  # seeded
