@@ -7,10 +7,10 @@
 2. Build the tiny index policy (``dreamgym.trainer.tiny_index_policy``: a
    tokenizer trained on those pages, ~1M parameters, label tokens).
 3. Size the warm start on ``--val-seeds`` (disjoint from the reported
-   held-out seeds): for each ``--warm-epochs`` candidate, behaviour-clone a
-   fresh copy and evaluate it greedily; keep the first whose every task lies
-   in [0.05, 0.9] and whose overall success lies in [0.1, 0.6] (else the one
-   closest to 0.35 overall). Only the GRPO loss moves the weights after it.
+   held-out seeds): behaviour-clone in stages up to each ``--warm-epochs``
+   size and evaluate each greedily; keep the first whose every task lies in
+   [0.05, 0.9] and whose overall success lies in [0.1, 0.6] (else the one
+   with the most tasks in range). Only the GRPO loss moves the weights after it.
 4. Real-only GRPO from there (``Trainer``, mixed mode with every group real),
    evaluated greedily on ``--held-out-seeds``: each (task, seed) once, at
    update 0, every ``--eval-every`` updates and at the last.
@@ -73,7 +73,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
     parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
     parser.add_argument("--train-seeds", default="100-999", help="seeds GRPO's groups start from")
-    parser.add_argument("--warm-epochs", default="1,2,3,4,6", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-epochs", default="1,2,3,4,5,6", help="warm-start sizes to try, in order")
     parser.add_argument("--warm-lr", type=float, default=1e-3)
     parser.add_argument("--warm-batch", type=int, default=4, help="examples per behaviour-cloning update")
     parser.add_argument("--updates", type=int, default=60)
@@ -143,20 +143,26 @@ def _policy(model: Any, tokenizer: Any, args: argparse.Namespace, *, temperature
 def _tune_warm_start(
     args: argparse.Namespace, tasks: list[Any], demos: list[list[Any]], model: Any, tokenizer: Any
 ) -> tuple[Any, list[dict[str, Any]]]:
+    """Behaviour-clone in stages (each size continues the last), evaluating each on the validation seeds.
+
+    Keeps the first size whose every task lies in [0.05, 0.9] and whose whole
+    lies in [0.1, 0.6]; else the one with the most tasks in range, the whole
+    nearest 0.35 breaking ties.
+    """
     from dreamgym.trainer import WarmStartConfig, demonstrations, warm_start
 
     tuning: list[dict[str, Any]] = []
-    best: tuple[float, Any] | None = None
+    best: tuple[tuple[int, float], Any] | None = None
+    current = copy.deepcopy(model)
+    policy = _policy(current, tokenizer, args, temperature=0.0)
+    examples, skipped = demonstrations(policy, demos, tasks)
+    done = 0.0
     for epochs in (float(e) for e in args.warm_epochs.split(",")):
-        candidate = copy.deepcopy(model)
-        policy = _policy(candidate, tokenizer, args, temperature=0.0)
-        examples, skipped = demonstrations(policy, demos, tasks)
-        fit = warm_start(
-            policy,
-            examples,
-            WarmStartConfig(epochs=epochs, learning_rate=args.warm_lr, batch_size=args.warm_batch, seed=args.seed),
-        )
-        scores = anyio.run(_evaluate, args, tasks, candidate, tokenizer, _seeds(args.val_seeds), f"val-{epochs}")
+        config = WarmStartConfig(epochs=epochs - done, learning_rate=args.warm_lr, batch_size=args.warm_batch,
+                                 seed=args.seed + len(tuning))  # fmt: skip
+        fit = warm_start(policy, examples, config)
+        done = epochs
+        scores = anyio.run(_evaluate, args, tasks, current, tokenizer, _seeds(args.val_seeds), f"val-{epochs}")
         row = {"epochs": epochs, "examples": fit.examples, "skipped_steps": skipped, "updates": fit.updates,
                "loss": [round(fit.first_loss, 4), round(fit.last_loss, 4)], "label_accuracy": round(fit.accuracy, 4),
                **scores}  # fmt: skip
@@ -165,10 +171,10 @@ def _tune_warm_start(
         per_task = [t["successes"] / t["n"] for t in scores["tasks"]]
         overall = scores["successes"] / scores["n"]
         if all(0.05 <= p <= 0.9 for p in per_task) and 0.1 <= overall <= 0.6:
-            return candidate, tuning
-        distance = abs(overall - 0.35)
-        if best is None or distance < best[0]:
-            best = (distance, candidate)
+            return current, tuning
+        rank = (-sum(0.05 <= p <= 0.9 for p in per_task), abs(overall - 0.35))
+        if best is None or rank < best[0]:
+            best = (rank, copy.deepcopy(current))
     assert best is not None
     logging.warning("no warm-start size put every task in [0.05, 0.9] and the whole in [0.1, 0.6]; the closest kept")
     return best[1], tuning

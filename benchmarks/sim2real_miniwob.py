@@ -1,320 +1,380 @@
-"""The paper's table at small scale: real-only, synthetic-only, sim-to-real and mixed GRPO on MiniWoB++.
+"""The paper's table at CPU scale: real-only, synthetic-only, sim-to-real and mixed GRPO of the tiny index policy.
 
-    python benchmarks/sim2real_miniwob.py [--budget-s 3600] [--seeds 0,1,2] [--updates 10]
+    python benchmarks/sim2real_miniwob.py [--seeds 0,1,2] [--updates 60] [--tasks a,b,c,d,e]
 
-Every arm trains the same policy (SmolLM2-135M-Instruct through LoRA, as an
-``index`` policy: it draws the label token of a listed candidate; a chooser is
-not trainable) for the same number of updates, from the same start,
-for each seed, and is evaluated greedily on held-out real seeds:
+1. **Seed set** (the paper's offline real data): one demonstrator and one
+   random-explorer episode per (task, seed) of ``--seed-set``, real, in
+   Chromium. The experience model is trained on it alone (``--sim-epochs``,
+   from scratch) and retrieves only from it; its digest goes in the results.
+   The held-out seeds are never collected before evaluation, never retrieved
+   and never trained on by anything.
+2. **Warm start**: the tiny index policy of ``benchmarks/learning_curve.py``,
+   behaviour-cloned on the seed set's demonstrator episodes and sized on
+   ``--val-seeds`` the same way; every arm and seed starts from it.
+3. **Arms**, each for ``--updates`` updates and each training seed, in its own
+   process, evaluated greedily on every held-out (task, seed) once at update
+   0, every ``--eval-every`` updates and at the last:
+   - ``real``: every group on real pages;
+   - ``synthetic``: every group on the experience model (start pages from the seed set);
+   - ``sim2real``: synthetic updates, then real ones, the real part
+     ``--sim2real-real`` of the updates (its real transitions are reported
+     against the real arm's, which the paper puts at <= 10%);
+   - ``mixed``: ``--mixed-share`` of each update's groups real.
+4. **epsilon_R where it matters**: the experience model predicts, one step at
+   a time, every step of the held-out episodes each arm's final policy played
+   (retrieval kept off every held-out pair); its reward is scored against the
+   real reward beside always-0 and the majority class on the same steps.
+5. Writes ``OUT/sim2real_miniwob.json`` and ``.svg`` (every arm's mean
+   held-out success against updates, one figure), and with
+   ``--commit-results`` the same under ``benchmarks/results/`` with the date,
+   the commit and the command. One JSON line per run on stdout.
 
-- ``real``: every group on real pages in Chromium;
-- ``synthetic``: every group on the offline default experience model;
-- ``sim2real``: synthetic updates, then real ones, the real part sized to at
-  most 10% of the real arm's real transitions where whole updates allow it;
-- ``mixed``: ``--mixed-share`` of the groups real.
-
-Each run (in its own process) copies the offline default's store (real transitions the
-experience model was trained on and retrieves from; collected before, the
-same for every arm, and not counted as any arm's real transitions).
-
-First it times one real and one synthetic update and the evaluation,
-prints the projected total, and cuts updates, then tasks (never arms or
-seeds), to fit ``--budget-s``. It writes ``table.md`` and ``table.json`` in
-``--out`` and prints one JSON line per run and per arm. Wall-clock on
-MiniWoB is no argument for simulation (a real step here is cheaper than a
-synthetic one); the table adds what each arm would take if every real step
-cost ``--real-step-s`` seconds (WebArena's cost 3-10 s), with two real
-episodes at a time.
+Real transitions count what each arm's training rolled out on real pages;
+the seed set is the same for every arm and counted apart.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
-import math
+import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+import learning_curve as lc
 from _report import emit
 
 ARMS = ("real", "synthetic", "sim2real", "mixed")
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    tasks: tuple[str, ...]
-    updates: int
-    switch_at: int
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> int:
     args = _arguments()
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    for noisy in ("httpx", "filelock", "urllib3", "transformers", "dreamgym.runtime"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.child:
         print(json.dumps(_run(args, **json.loads(args.child))), flush=True)
         return 0
-    from dreamgym.sim_default import default_model_dir
-
-    if not (default_model_dir() / "config.json").exists():
-        print("the offline default experience model is missing: run `make sim-default` first", file=sys.stderr)
-        return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    plan = Plan(tuple(args.tasks.split(",")), args.updates, _switch_at(args.updates))
-
     started = time.perf_counter()
-    probe = _probe(args, plan)
-    before = probe["before"]
-    plan = _fit(args, plan, probe, len(seeds))
-    print(json.dumps({"plan": {"tasks": plan.tasks, "updates": plan.updates, "switch_at": plan.switch_at},
-                      "probe": {k: v for k, v in probe.items() if k != "before"},
-                      "projected_s": round(_projected(plan, probe, len(seeds), args), 1)}), flush=True)  # fmt: skip
-    if plan.tasks != tuple(args.tasks.split(",")):
-        before = _evaluate_only(args, plan)  # the before-figure on the tasks kept
-
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = args.tasks.split(",")
+    sim = anyio.run(_experience_model, args, names)
+    tuning = _warm_start(args, names)
     runs: list[dict[str, Any]] = []
-    for seed in seeds:
-        for arm in ARMS:
-            run = _spawn(args, plan, arm, seed, plan.updates, f"{arm}-{seed}")
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for arm in args.arms.split(","):
+            run = _spawn(args, arm, seed)
             runs.append(run)
-            print(json.dumps({"run": run}), flush=True)
-    table = _table(runs, before, plan, args)
-    (args.out / "table.json").write_text(json.dumps({"plan": asdict(plan), "before": before, "arms": table,
-                                                     "runs": runs, "seconds": time.perf_counter() - started},
-                                                    indent=1))  # fmt: skip
-    (args.out / "table.md").write_text(_markdown(table, before, plan, args, len(seeds)))
-    print((args.out / "table.md").read_text())
-    real = next(row for row in table if row["arm"] == "real")
-    for row in table:
-        emit(f"sim2real/{row['arm']}/success", row["success_mean"], "held-out success rate", "real-only arm",
-             real["success_mean"], real_transitions=row["real_transitions_mean"], seeds=len(seeds))  # fmt: skip
+            print(json.dumps({"run": {k: v for k, v in run.items() if k != "evaluations"}}), flush=True)
+    result = _summary(args, names, sim, tuning, runs, time.perf_counter() - started)
+    _write(args, result)
+    real = next((row for row in result["arms"] if row["arm"] == "real"), None)
+    for row in result["arms"]:
+        emit(f"sim2real/{row['arm']}/held_out_success", row["end_mean"], "held-out success rate (mean over seeds)",
+             "real-only arm", real["end_mean"] if real else float("nan"), start=row["start_mean"],
+             real_transitions=row["real_transitions_mean"], seeds=row["seeds"])  # fmt: skip
     return 0
 
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text")
-    parser.add_argument("--seeds", default="0,1,2", help="training seeds (at least 3)")
-    parser.add_argument("--updates", type=int, default=10)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--groups-per-update", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--mixed-share", type=float, default=0.25)
-    parser.add_argument("--train-seeds", default="0-23", help="page seeds groups start from (the store has them)")
-    parser.add_argument("--eval-seeds", default="1000-1003")
-    parser.add_argument("--max-steps", type=int, default=4)
-    parser.add_argument("--budget-s", type=float, default=3600.0)
-    parser.add_argument("--real-step-s", type=float, nargs="+", default=[3.0, 10.0])
-    parser.add_argument("--policy-model", type=Path, default=None)
+    parser.add_argument(
+        "--tasks", default="click-button,click-collapsible-nodelay,enter-password,enter-text,login-user"
+    )
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--seeds", default="0,1,2", help="training seeds (at least 3 for the table)")
+    parser.add_argument("--seed-set", default="0-39", help="page seeds of the offline real data")
+    parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
+    parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
+    parser.add_argument("--train-seeds", default="100-999", help="seeds real groups start from")
+    parser.add_argument("--sim-epochs", type=float, default=2.0, help="the experience model's training epochs")
+    parser.add_argument("--warm-epochs", default="1,2,3,4,6", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-lr", type=float, default=1e-3)
+    parser.add_argument("--warm-batch", type=int, default=4)
+    parser.add_argument("--updates", type=int, default=60)
+    parser.add_argument("--eval-every", type=int, default=20)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--groups-per-update", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--mixed-share", type=float, default=0.5)
+    parser.add_argument("--sim2real-real", type=float, default=0.1, help="share of sim2real's updates on real pages")
+    parser.add_argument("--max-steps", type=int, default=6)
+    parser.add_argument("--contexts", type=int, default=2, help="real episodes in flight")
+    parser.add_argument("--seed", type=int, default=0, help="the warm start's seed")
     parser.add_argument("--out", type=Path, default=Path(".cache/bench/sim2real"))
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)  # one run, in its own process
     return parser.parse_args()
 
 
-def _switch_at(updates: int) -> int:
-    """Synthetic updates of sim2real: the real tail is 10% of the updates, at least one."""
-    return updates - max(1, math.floor(0.1 * updates))
+async def _experience_model(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """Collect the seed set and train the experience model on it alone (kept across invocations with one recipe)."""
+    from dreamgym.sim_default import CollectPlan, build_default
+    from dreamgym.simulator import SimTrainConfig, weights_digest
+
+    target = args.out / "sim-model"
+    recipe = {"tasks": names, "seed_set": args.seed_set, "sim_epochs": args.sim_epochs, "max_steps": args.max_steps}
+    stamp = args.out / "sim-model.recipe.json"
+    fresh = not stamp.exists() or json.loads(stamp.read_text()) != recipe
+    if fresh:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(_seed_store(args).parent, ignore_errors=True)
+    started = time.perf_counter()
+    plan = CollectPlan(tasks=names, seeds=lc._seeds(args.seed_set), explorers=1, max_steps=args.max_steps,
+                       contexts=args.contexts)  # fmt: skip
+    train = SimTrainConfig(base="scratch", epochs=args.sim_epochs, max_length=1536)
+    await build_default(plan=plan, train=train, out=target, force=fresh)
+    stamp.write_text(json.dumps(recipe))
+    seconds = time.perf_counter() - started
+    steps = await _store_steps(_seed_store(args))
+    logging.info("experience model: %d seed-set steps, %.0f s", steps, seconds)
+    return {"dir": str(target), "digest": weights_digest(target), "seed_set_steps": steps,
+            "build_seconds": round(seconds, 1) if fresh else None, **recipe}  # fmt: skip
 
 
-def _trainer(
-    args: argparse.Namespace, plan: Plan, arm: str, seed: int, updates: int, root: Path, *, eval_at_start: bool = False
-) -> Any:
-    from dreamgym._cli_run import parse_seeds
-    from dreamgym._cli_train import miniwob_tasks
-    from dreamgym.agents import LocalPolicy, LocalPolicyConfig
-    from dreamgym.offline import smollm2_checkpoint
-    from dreamgym.runtime import RuntimeConfig
-    from dreamgym.sim_default import default_model_dir, default_store_dir
-    from dreamgym.trainer import TrainConfig, Trainer
-    from dreamgym.trainer._miniwob import MiniWobSides, held_out, miniwob_sides
-
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    shutil.copytree(default_store_dir(), root / "store")
-    mode = {"real": "mixed", "synthetic": "synthetic", "sim2real": "sim2real", "mixed": "mixed"}[arm]
-    share = {"real": 1.0, "mixed": args.mixed_share}.get(arm, 0.25)
-    config = TrainConfig(
-        mode=mode,  # type: ignore[arg-type]
-        updates=updates,
-        output_dir=root / "run",
-        group_size=args.group_size,
-        groups_per_update=args.groups_per_update,
-        learning_rate=args.lr,
-        real_share=share,
-        switch_at=min(plan.switch_at, updates - 1) if arm == "sim2real" else 0,
-        eval_at_start=eval_at_start,
-        seed=seed,
-        report_to=(),
-    )
-    tasks = miniwob_tasks(list(plan.tasks), args.max_steps)
-    eval_seeds = parse_seeds(args.eval_seeds)
-    policy = LocalPolicy.load(
-        args.policy_model or smollm2_checkpoint(),
-        config=LocalPolicyConfig(mode="index", temperature=1.0, seed=seed, list_actions=False),
-    )
-    sides = MiniWobSides(
-        store=root / "store",
-        eval_store=root / "eval-store",
-        sim_model=default_model_dir(),
-        exclude_task_seeds=held_out([task.task_id for task in tasks], eval_seeds),
-        runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=2),
-    )
-    return Trainer(config, policy=policy, tasks=tasks, open_sides=miniwob_sides(sides),
-                   train_seeds=parse_seeds(args.train_seeds), eval_seeds=eval_seeds)  # fmt: skip
+def _seed_store(args: argparse.Namespace) -> Path:
+    return args.out / "sim-model-data" / "store"  # where build_default keeps the data of out=OUT/sim-model
 
 
-def _probe(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
-    """Time one real update between two evaluations (the first is the before-figure), and one synthetic update."""
-    real = _spawn(args, plan, "real", 0, 1, "probe-real", eval_at_start=True)
-    real_update = real["rollout_seconds"] + real["optimizer_seconds"]
-    synthetic = _spawn(args, plan, "synthetic", 0, 1, "probe-synthetic")
-    return {
-        "real_update_s": round(real_update, 1),
-        "synthetic_update_s": round(synthetic["rollout_seconds"] + synthetic["optimizer_seconds"], 1),
-        "synthetic_step_s": round(synthetic["rollout_seconds"] / max(1, synthetic["synthetic_transitions"]), 3),
-        "eval_s": round(max(0.0, (real["seconds"] - real_update) / 2), 1),
-        "before": real["evaluations"][0],
-    }
+async def _store_steps(path: Path) -> int:
+    from dreamgym.replay import LmdbReplayStore
+
+    async with LmdbReplayStore(path, readonly=True) as store:
+        return int((await store.stats()).steps.get("real", 0))
 
 
-def _spawn(
-    args: argparse.Namespace, plan: Plan, arm: str, seed: int, updates: int, name: str, *, eval_at_start: bool = False
-) -> dict[str, Any]:
+def _warm_start(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any]]:
+    """The learning curve's warm start, cloned from the seed set's demonstrator episodes; saved in OUT/warm."""
+    bc = argparse.Namespace(**vars(args), bc_seeds=args.seed_set)
+    tasks = lc._tasks(bc)
+    demos = anyio.run(lc._collect_demos, bc, names)  # the seed set's demonstrator episodes (deterministic)
+    model, tokenizer = lc._build_policy(bc, tasks, demos)
+    warm, tuning = lc._tune_warm_start(bc, tasks, demos, model, tokenizer)
+    target = args.out / "warm"
+    shutil.rmtree(target, ignore_errors=True)
+    warm.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return tuning
+
+
+def _spawn(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     """One training run in a fresh process (each holds a model and an optimizer; memory returns with the process)."""
-    child = {"arm": arm, "seed": seed, "updates": updates, "tasks": list(plan.tasks), "switch_at": plan.switch_at,
-             "name": name, "eval_at_start": eval_at_start}  # fmt: skip
-    command = [sys.executable, __file__, *sys.argv[1:], "--child", json.dumps(child)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    child = json.dumps({"arm": arm, "seed": seed})
+    command = [sys.executable, __file__, *sys.argv[1:], "--child", child]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"run {name} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"run {arm}-{seed} failed ({done.returncode}); its log is above")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def _run(
-    args: argparse.Namespace, *, arm: str, seed: int, updates: int, tasks: list[str], switch_at: int, name: str,
-    eval_at_start: bool,
-) -> dict[str, Any]:  # fmt: skip
-    plan = Plan(tuple(tasks), updates, switch_at)
-    trainer = _trainer(args, plan, arm, seed, updates, args.out / name, eval_at_start=eval_at_start)
+def _updates_on_real(args: argparse.Namespace) -> int:
+    return max(1, round(args.sim2real_real * args.updates))
+
+
+def _run(args: argparse.Namespace, *, arm: str, seed: int) -> dict[str, Any]:
+    from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+    from dreamgym.runtime import RuntimeConfig
+    from dreamgym.trainer import TrainConfig, Trainer
+    from dreamgym.trainer._miniwob import MiniWobSides, held_out, miniwob_sides
+
+    root = args.out / "runs" / f"{arm}-{seed}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    shutil.copytree(_seed_store(args), root / "store")
+    tasks = lc._tasks(args)
+    held = held_out([task.task_id for task in tasks], lc._seeds(args.held_out_seeds))
+    mode = {"real": "mixed", "synthetic": "synthetic", "sim2real": "sim2real", "mixed": "mixed"}[arm]
+    config = TrainConfig(
+        mode=mode,  # type: ignore[arg-type]
+        updates=args.updates,
+        output_dir=root / "run",
+        group_size=args.group_size,
+        groups_per_update=args.groups_per_update,
+        learning_rate=args.lr,
+        lora=None,
+        real_share={"real": 1.0, "mixed": args.mixed_share}.get(arm, 0.25),
+        switch_at=args.updates - _updates_on_real(args) if arm == "sim2real" else 0,
+        eval_every=args.eval_every,
+        seed=seed,
+        report_to=(),
+    )
+    policy = LocalPolicy.load(
+        args.out / "warm",
+        name="tiny-index",
+        config=LocalPolicyConfig(mode="index", temperature=args.temperature, seed=seed, list_actions=False),
+    )
+    sides = MiniWobSides(
+        store=root / "store",
+        eval_store=root / "eval-store",
+        sim_model=args.out / "sim-model",
+        exclude_task_seeds=held,
+        runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts),
+    )
+    trainer = Trainer(config, policy=policy, tasks=tasks, open_sides=miniwob_sides(sides),
+                      train_seeds=lc._seeds(args.train_seeds), eval_seeds=lc._seeds(args.held_out_seeds),
+                      eval_temperature=0.0)  # fmt: skip
     result = trainer.train(resume=False)
-    evaluation = result.evaluations[-1][1]
+    updates = [update for update, _ in result.evaluations]
+    invalid = anyio.run(lc._eval_invalid_rates, root / "eval-store", tasks, updates)
+    transitions = lc._real_transitions(root / "run" / "metrics.jsonl")
+    evaluations = [
+        {"update": update, "real_transitions": transitions.get(update, 0), **lc._scores(evaluation, invalid[update])}
+        for update, evaluation in result.evaluations
+    ]
+    shadow = anyio.run(_epsilon_r, args, root, tasks, updates[-1], held)
+    pick = ("successes", "n", "ci_low", "ci_high")
     return {
         "arm": arm,
         "seed": seed,
         "updates": result.state.update,
-        "success": evaluation.success_rate,
-        "successes": evaluation.successes,
-        "episodes": evaluation.episodes,
+        "start": {k: evaluations[0][k] for k in pick},
+        "end": {k: evaluations[-1][k] for k in pick},
         "real_transitions": result.state.real_steps,
         "synthetic_transitions": result.state.synthetic_steps,
+        "switched_at": result.state.switched_at,
         "model_calls": result.state.model_calls,
         "dropped_groups": result.state.dropped_groups,
+        "dropped": result.state.dropped,
+        "cut_episodes": result.state.cut_episodes,
         "seconds": round(result.seconds, 1),
         "rollout_seconds": round(result.state.rollout_seconds, 1),
-        "optimizer_seconds": round(_optimizer_seconds(result), 1),
-        "evaluations": [evaluation.as_dict() for _, evaluation in result.evaluations],
+        "epsilon_r": shadow,
+        "evaluations": evaluations,
+        "diagnostics": lc._diagnostics(root / "run" / "metrics.jsonl"),
     }
 
 
-def _optimizer_seconds(result: Any) -> float:
-    """An update's time outside its rollouts, from TRL's step time in the metrics file."""
-    path = result.final_dir.parent / "metrics.jsonl"
-    step_times = [json.loads(line).get("train/step_time") for line in path.read_text().splitlines()]
-    total = sum(float(t) for t in step_times if t is not None)
-    return max(0.0, total - result.state.rollout_seconds)
+async def _epsilon_r(
+    args: argparse.Namespace, root: Path, tasks: list[Any], update: int, held: tuple[tuple[str, int | None], ...]
+) -> dict[str, Any]:
+    """The experience model's reward on the held-out real steps the final policy played, beside the baselines."""
+    from dreamgym._demo_report import score_predictions
+    from dreamgym.core.types import Step
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
+
+    label = f"eval/u{update}/"
+    async with LmdbReplayStore(root / "eval-store", readonly=True) as played:
+        steps: list[Step] = []
+        for task in tasks:
+            found = await played.get_steps(await played.task_seqs(task.task_id, source="real"))
+            steps += [step for step in found if step.group_id.startswith(label)]
+    async with LmdbReplayStore(root / "store") as store:
+        model = load_experience_model(args.out / "sim-model", store=store)
+        queries = await teacher_forced_queries(
+            steps, store=store, neighbours=model.config.template.neighbours, exclude_task_seeds=held
+        )
+        made = await predict_steps(model, queries)
+    score = score_predictions([step for step, _ in queries], made.predictions)
+    rewarded = [step for step, _ in queries if abs(step.reward) > 0.5]
+    return {"n": score.n, "reward_correct": score.reward_correct, "always_0_correct": score.zero_reward_correct,
+            "majority_class_correct": score.majority_reward_correct, "done_correct": score.done_correct,
+            "unusable": score.unusable, "rewarded_steps": len(rewarded),
+            "epsilon_r": round(1 - score.reward_correct / score.n, 4) if score.n else None}  # fmt: skip
 
 
-def _projected(plan: Plan, probe: dict[str, Any], seeds: int, args: argparse.Namespace) -> float:
-    per_task = 1.0 / len(args.tasks.split(","))  # evaluation scales with the tasks kept
-    eval_s = probe["eval_s"] * len(plan.tasks) * per_task
-    real, synthetic = probe["real_update_s"], probe["synthetic_update_s"]
-    shares = {"real": 1.0, "synthetic": 0.0, "mixed": args.mixed_share,
-              "sim2real": (plan.updates - plan.switch_at) / plan.updates}  # fmt: skip
-    per_seed = sum(plan.updates * (s * real + (1 - s) * synthetic) + eval_s + 20.0 for s in shares.values())
-    return seeds * per_seed
-
-
-def _fit(args: argparse.Namespace, plan: Plan, probe: dict[str, Any], seeds: int) -> Plan:
-    """Cut updates (to no fewer than 4), then tasks (to one), until the projection fits the budget."""
-    while _projected(plan, probe, seeds, args) > args.budget_s:
-        if plan.updates > 4:
-            updates = plan.updates - 1
-            plan = Plan(plan.tasks, updates, _switch_at(updates))
-        elif len(plan.tasks) > 1:
-            plan = Plan(plan.tasks[:-1], plan.updates, plan.switch_at)
-        else:
-            print(f"even 1 task and {plan.updates} updates exceed the budget; running that", file=sys.stderr)
-            break
-    return plan
-
-
-def _evaluate_only(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
-    before: dict[str, Any] = _spawn(args, plan, "real", 0, 1, "before", eval_at_start=True)["evaluations"][0]
-    return before
-
-
-def _table(runs: list[dict[str, Any]], before: dict[str, Any], plan: Plan, args: argparse.Namespace) -> list[Any]:
-    rows = []
-    for arm in ARMS:
+def _summary(
+    args: argparse.Namespace,
+    names: list[str],
+    sim: dict[str, Any],
+    tuning: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+    seconds: float,
+) -> dict[str, Any]:
+    arms = []
+    real_arm = [run["real_transitions"] for run in runs if run["arm"] == "real"]
+    for arm in args.arms.split(","):
         mine = [run for run in runs if run["arm"] == arm]
-        success = [run["success"] for run in mine]
-        real = [run["real_transitions"] for run in mine]
-        seconds = [run["seconds"] for run in mine]
-        row: dict[str, Any] = {
-            "arm": arm,
-            "success_mean": statistics.fmean(success),
-            "success_std": statistics.stdev(success) if len(success) > 1 else 0.0,
-            "success_per_seed": success,
-            "real_transitions_mean": statistics.fmean(real),
-            "model_calls_mean": statistics.fmean(run["model_calls"] for run in mine),
-            "seconds_mean": statistics.fmean(seconds),
-        }
-        for latency in args.real_step_s:
-            row[f"seconds_at_{latency:g}s_per_real_step"] = (
-                row["seconds_mean"] + row["real_transitions_mean"] * latency / 2
-            )
-        rows.append(row)
-    real_arm = rows[0]["real_transitions_mean"]
-    for row in rows:
-        row["real_transitions_vs_real_arm"] = row["real_transitions_mean"] / real_arm if real_arm else None
-    return rows
+        if not mine:
+            continue
+        end = [run["end"]["successes"] / run["end"]["n"] for run in mine]
+        start = [run["start"]["successes"] / run["start"]["n"] for run in mine]
+        real = statistics.fmean(run["real_transitions"] for run in mine)
+        shadow = [run["epsilon_r"] for run in mine if run["epsilon_r"]["n"]]
+        arms.append({
+            "arm": arm, "seeds": len(mine), "start_mean": round(statistics.fmean(start), 4),
+            "end_mean": round(statistics.fmean(end), 4),
+            "end_sd": round(statistics.stdev(end), 4) if len(end) > 1 else 0.0,
+            "end_per_seed": [round(e, 4) for e in end], "real_transitions_mean": round(real, 1),
+            "real_transitions_vs_real_arm": round(real / statistics.fmean(real_arm), 4) if real_arm else None,
+            "epsilon_r": {key: sum(s[key] for s in shadow) for key in
+                          ("n", "reward_correct", "always_0_correct", "majority_class_correct")},
+            "seconds_mean": round(statistics.fmean(run["seconds"] for run in mine), 1),
+        })  # fmt: skip
+    return {
+        "date": datetime.date.today().isoformat(),
+        "commit": lc._commit(),
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "tasks": [f"miniwob/{name}" for name in names],
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
+        "experience_model": sim,
+        "warm_start_tuning": tuning,
+        "arms": arms,
+        "runs": runs,
+        "seconds": round(seconds, 1),
+    }
 
 
-def _markdown(rows: list[Any], before: dict[str, Any], plan: Plan, args: argparse.Namespace, seeds: int) -> str:
-    latencies = [f"{latency:g}" for latency in args.real_step_s]
-    lines = [
-        f"Tasks: {', '.join(plan.tasks)}; {plan.updates} updates of {args.groups_per_update} group(s) x "
-        f"{args.group_size} episodes; sim2real switches after {plan.switch_at}; {seeds} seeds; held-out seeds "
-        f"{args.eval_seeds}, {before['episodes']} episodes per evaluation (greedy).",
-        f"Before training: {before['successes']}/{before['episodes']} = {before['success_rate']:.3f}.",
-        "",
-        "| arm | held-out success (mean ± sd over seeds) | per seed | real transitions | vs real arm | "
-        "model calls | wall-clock s | " + " | ".join(f"s at {x} s/real step" for x in latencies) + " |",
-        "|---|---|---|---|---|---|---|" + "---|" * len(latencies),
-    ]
-    for row in rows:
-        ratio = row["real_transitions_vs_real_arm"]
-        cells = [
-            row["arm"],
-            f"{row['success_mean']:.3f} ± {row['success_std']:.3f}",
-            ", ".join(f"{s:.2f}" for s in row["success_per_seed"]),
-            f"{row['real_transitions_mean']:.0f}",
-            f"{ratio:.2f}" if ratio is not None else "n/a",
-            f"{row['model_calls_mean']:.0f}",
-            f"{row['seconds_mean']:.0f}",
-            *(f"{row[f'seconds_at_{x:g}s_per_real_step']:.0f}" for x in args.real_step_s),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+def _write(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    text = json.dumps(result, indent=1) + "\n"
+    svg = _svg(result)
+    (args.out / "sim2real_miniwob.json").write_text(text)
+    (args.out / "sim2real_miniwob.svg").write_text(svg)
+    if args.commit_results:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "sim2real_miniwob.json").write_text(text)
+        (RESULTS / "sim2real_miniwob.svg").write_text(svg)
+
+
+COLOURS = {"real": "#1f5fbf", "synthetic": "#d0701a", "sim2real": "#2a9d3a", "mixed": "#8a3ab9"}
+
+
+def _svg(result: dict[str, Any]) -> str:
+    """Held-out success against updates: each arm's mean over seeds (line) and each seed's (dots)."""
+    width, height, pad = 560, 300, 44
+    updates = max(run["updates"] for run in result["runs"]) or 1
+
+    def x(v: float) -> float:
+        return pad + v / updates * (width - 2 * pad)
+
+    def y(v: float) -> float:
+        return height - pad - v * (height - 2 * pad)
+
+    parts = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="white" stroke="#ccc"/>',
+             f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle" font-size="12">updates</text>',
+             '<text x="8" y="16" font-size="12">held-out success (mean over seeds; dots: seeds)</text>']  # fmt: skip
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{pad}" x2="{width - pad}" y1="{y(tick)}" y2="{y(tick)}" stroke="#eee"/>'
+                     f'<text x="6" y="{y(tick) + 4}" font-size="10">{tick:.2f}</text>')  # fmt: skip
+    for n, row in enumerate(result["arms"]):
+        colour = COLOURS.get(row["arm"], "#444")
+        mine = [run for run in result["runs"] if run["arm"] == row["arm"]]
+        points: dict[int, list[float]] = {}
+        for run in mine:
+            for evaluation in run["evaluations"]:
+                rate = evaluation["successes"] / max(1, evaluation["n"])
+                points.setdefault(evaluation["update"], []).append(rate)
+                parts.append(f'<circle cx="{x(evaluation["update"])}" cy="{y(rate)}" r="2" fill="{colour}" '
+                             'fill-opacity="0.4"/>')  # fmt: skip
+        line = " ".join(f"{x(u)},{y(statistics.fmean(v))}" for u, v in sorted(points.items()))
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        parts.append(f'<text x="{width - pad - 70}" y="{pad + 14 * n}" font-size="11" fill="{colour}">'
+                     f'{row["arm"]}</text>')  # fmt: skip
+    return f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif">' + (
+        "".join(parts) + "</svg>\n"
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
