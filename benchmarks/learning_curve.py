@@ -67,13 +67,13 @@ def main() -> int:
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--tasks", default="click-button,click-collapsible-nodelay,enter-password,enter-text,login-user"
+        "--tasks", default="click-button,click-button-sequence,click-collapsible-nodelay,enter-password,login-user"
     )
     parser.add_argument("--bc-seeds", default="0-39", help="seeds of the demonstrator episodes the warm start clones")
     parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
     parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
     parser.add_argument("--train-seeds", default="100-999", help="seeds GRPO's groups start from")
-    parser.add_argument("--warm-epochs", default="1,2,3,4,5,6", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-epochs", default="1,1.5,2,2.5,3,3.5,4,5", help="warm-start sizes to try, in order")
     parser.add_argument("--warm-lr", type=float, default=1e-3)
     parser.add_argument("--warm-batch", type=int, default=4, help="examples per behaviour-cloning update")
     parser.add_argument("--updates", type=int, default=60)
