@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import anyio
 from helpers import dreamgym, make_step
@@ -57,3 +58,30 @@ def test_cli_errors_are_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text("not json\n")
     result = dreamgym("replay", "import", str(tmp_path / "s"), str(tmp_path / "bad.jsonl"), check=False)
     assert result.returncode == 1 and "bad.jsonl:1" in result.stderr
+
+
+def test_a_store_another_process_writes_is_refused_in_one_line_and_left_as_it_was(tmp_path: Path) -> None:
+    import os
+
+    store = tmp_path / "store"
+    _make_store(store)
+    dreamgym("replay", "export", str(store), "-o", str(tmp_path / "x.jsonl"))
+
+    async def beside_a_writer() -> list[Any]:
+        async with LmdbReplayStore(store, embedder=HashingEmbedder(32)) as held:
+            runs = [
+                await anyio.to_thread.run_sync(lambda argv=argv: dreamgym(*argv, check=False))
+                for argv in (
+                    ("collect", "--store", str(store), "--tasks", "click-test", "--seeds", "0"),
+                    ("replay", "import", str(store), str(tmp_path / "x.jsonl")),
+                )
+            ]
+            assert (await held.stats()).steps == {"real": 5, "synthetic": 1}
+        return runs
+
+    for result in anyio.run(beside_a_writer):
+        assert result.returncode == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("dreamgym: error: the store at"), result.stderr
+        assert f"open for writing in process {os.getpid()}" in lines[0]
+    assert json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)["steps"] == {"real": 5, "synthetic": 1}

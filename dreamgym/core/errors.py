@@ -102,7 +102,7 @@ class StoreClosedError(StoreError):
 
 
 class StoreLockedError(StoreError):
-    """The store's LMDB environment is already open in this process."""
+    """The store is already open in this process, or open for writing in another."""
 
 
 class StoreFullError(StoreError):

@@ -1,5 +1,12 @@
 """One LMDB environment: named databases, map growth, resize-safe transactions.
 
+One writer per store, across processes: a writable open takes an exclusive
+``flock`` on ``writer.lock`` in the store's directory (the holder's pid
+written in it) and keeps it until closed; a second writer is refused at open
+with :class:`~dreamgym.core.errors.StoreLockedError` naming the holder. The
+kernel drops the lock when the holder dies, even by SIGKILL. Readers
+(``readonly``) take no lock and keep working beside the writer.
+
 The map is large and sparse. A write that fills it (``MapFullError`` aborts the
 whole transaction) grows the map under an exclusive lock and is retried from
 the start, so no record is ever dropped. Readers in other processes see the
@@ -9,6 +16,7 @@ new size as ``MapResizedError`` and adopt it before retrying.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import threading
@@ -79,7 +87,10 @@ class LmdbEnv:
                     "(LMDB forbids opening one environment twice in a process)"
                 )
             _open_paths.add(self.path)
+        self._writer_fd: int | None = None
         try:
+            if not readonly:
+                self._writer_fd = _take_writer_lock(self.path)
             self.env = self._open(readonly=readonly, map_size=map_size, sync=sync)
             self.dbs = {
                 name: self.env.open_db(name.encode(), create=not readonly)
@@ -184,8 +195,45 @@ class LmdbEnv:
         self._release_path()
 
     def _release_path(self) -> None:
+        if self._writer_fd is not None:
+            os.close(self._writer_fd)  # closing the descriptor drops the flock
+            self._writer_fd = None
         with _open_paths_lock:
             _open_paths.discard(self.path)
+
+
+WRITER_LOCK = "writer.lock"
+
+
+def _take_writer_lock(path: Path) -> int:
+    """Create the store's directory if needed and hold its writer lock; the locked descriptor.
+
+    Raises:
+        StoreLockedError: Another process holds the store open for writing.
+        StoreError: The directory cannot be made or written (a file in its place, no permission).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileExistsError as exc:
+        raise StoreError(f"the store path {path} is a file, not a store directory") from exc
+    except OSError as exc:
+        raise StoreError(f"cannot open the store at {path} for writing: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StoreLockedError(
+            f"the store at {path} is open for writing in process {holder}; one writer at a time "
+            "(open it with readonly=True to read beside it, or wait for that process to finish)"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 FULL_DISK_BYTES = 64 << 20

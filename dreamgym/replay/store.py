@@ -165,8 +165,6 @@ class LmdbReplayStore:
         return self._embedder
 
     async def __aenter__(self) -> Self:
-        if not self.readonly:
-            self.path.mkdir(parents=True, exist_ok=True)
         self._env = await anyio.to_thread.run_sync(self._open_env)
         try:
             await anyio.to_thread.run_sync(self._init_meta)

@@ -42,8 +42,10 @@ class RuntimeConfig:
     commit_batch: int = 256
     """Most waiting items the store writer gathers into one round of commits."""
     drain_timeout_s: float = 60.0
-    """On cancellation or close, how long finished steps may take to reach the store
-    before the rest is given up (and logged)."""
+    """How long a finished episode may wait for a full store buffer, and on cancellation or
+    close how long finished steps may take to reach the store. Past it the records are not
+    stored, and ``run_groups`` raises :class:`~dreamgym.core.errors.StoreError` when the run
+    ends: a run never reports success with records missing."""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "real_concurrency", "synthetic_concurrency", "torch_slots", "store_buffer"):

@@ -156,6 +156,8 @@ class Runtime:
             drain_timeout_s=self.config.drain_timeout_s,
         )
         self._task_group: TaskGroup | None = None
+        self._lost_steps = 0
+        """Steps the writer never took (it stalled past ``drain_timeout_s``, or was gone)."""
         self._group_index = 0
         self._stored_tasks: set[str] = set()
 
@@ -200,23 +202,35 @@ class Runtime:
 
         Raises:
             ConfigError: A group cannot run with this runtime (see the message).
-            StoreError: The store refused some of the records (they are logged).
+            StoreError: The store refused some of the records (they are logged), or
+                stopped taking them for over ``drain_timeout_s``: finished episodes
+                wait for a full buffer (backpressure) that long, then the run fails
+                rather than go on without their records.
         """
         if self._task_group is None:
             raise ConfigError("the Runtime is not open; use `async with Runtime(...) as runtime`")
         planned = [await self._plan(spec) for spec in groups]
         results: list[GroupResult | None] = [None] * len(planned)
-        failures = self._writer.failures
+        failures, lost = self._writer.failures, self._lost_steps
         self.stats.run_started()
+        unconfirmed = False
         try:
             await self._store_tasks(planned)
             async with anyio.create_task_group() as tg:
                 for index, group in enumerate(planned):
                     tg.start_soon(self._run_group_into, group, results, index)
         finally:
-            with anyio.move_on_after(self.config.drain_timeout_s, shield=True):
+            with anyio.move_on_after(self.config.drain_timeout_s, shield=True) as scope:
                 await self._writer.barrier()
+            unconfirmed = scope.cancelled_caught
             self.stats.run_ended()
+        if self._lost_steps > lost or unconfirmed:
+            raise StoreError(
+                f"the store stopped taking writes for over {self.config.drain_timeout_s:g} s (a stalled disk, "
+                f"or another process holding its write lock): {self._lost_steps - lost} steps of this run were "
+                "not stored and their episodes are cut 'store'"
+                + ("; the last writes were not confirmed either" if unconfirmed else "")
+            )
         if self._writer.failures > failures:
             raise StoreError(f"the store refused {self._writer.failures - failures} writes of this run; see the log")
         return [result for result in results if result is not None]
@@ -410,10 +424,13 @@ class Runtime:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 log.error("the store writer is gone; %d steps were not stored", len(item.steps))
                 self.stats.record_error("store:writer_gone")
+                self._lost_steps += len(item.steps)
                 return False
         if scope.cancelled_caught:
-            log.error("the store writer did not take %d steps within %s s", len(item.steps), scope.deadline)
+            log.error("the store writer did not take %d steps within %g s", len(item.steps),
+                      self.config.drain_timeout_s)  # fmt: skip
             self.stats.record_error("store:timeout")
+            self._lost_steps += len(item.steps)
             return False
         return True
 

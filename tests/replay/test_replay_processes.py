@@ -120,3 +120,66 @@ async def test_the_hashing_embedder_is_the_same_in_every_process() -> None:
     env = {**os.environ, "PYTHONHASHSEED": "123"}
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert output.stdout.strip() == str(HashingEmbedder(16).embed_sync(["a b c"])[0].tolist())
+
+
+OPENER = textwrap.dedent(
+    """
+    import sys, anyio
+    from dreamgym.core.errors import StoreLockedError
+    from dreamgym.replay import LmdbReplayStore
+
+    async def main(path, readonly):
+        try:
+            async with LmdbReplayStore(path, readonly=readonly == "ro") as store:
+                print("opened", (await store.stats()).last_seq, flush=True)
+        except StoreLockedError as exc:
+            print("refused", exc, flush=True)
+
+    anyio.run(main, sys.argv[1], sys.argv[2])
+    """
+)
+
+
+def _open_elsewhere(path: Path, mode: str) -> str:
+    done = subprocess.run([sys.executable, "-c", OPENER, str(path), mode], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+async def test_a_second_writer_process_is_refused_naming_the_holder_and_readers_are_not(tmp_path: Path) -> None:
+    async with LmdbReplayStore(tmp_path, embedder=HashingEmbedder(64)) as store:
+        await store.append([make_step(i) for i in range(5)])
+        refused = await anyio.to_thread.run_sync(_open_elsewhere, tmp_path, "rw")
+        assert refused.startswith("refused") and f"process {os.getpid()}" in refused
+        assert await anyio.to_thread.run_sync(_open_elsewhere, tmp_path, "ro") == "opened 5"  # readers keep working
+        await store.append([make_step(i) for i in range(5, 8)])  # the holder is unharmed
+    assert await anyio.to_thread.run_sync(_open_elsewhere, tmp_path, "rw") == "opened 8"  # released at close
+
+
+async def test_a_killed_writer_leaves_no_lock_behind(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", WRITER, str(tmp_path), TESTS]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        child.stdout.readline()  # it holds the store and has committed
+        assert _open_elsewhere(tmp_path, "rw").startswith("refused")
+        os.kill(child.pid, signal.SIGKILL)
+    assert _open_elsewhere(tmp_path, "rw").startswith("opened")
+
+
+@pytest.mark.parametrize("make", ["file", "unwritable"])
+async def test_a_store_path_that_cannot_be_a_store_is_one_clear_error(tmp_path: Path, make: str) -> None:
+    from dreamgym.core.errors import StoreError
+
+    if make == "file":
+        path = tmp_path / "store"
+        path.write_text("not a store")
+        expected = "is a file, not a store directory"
+    else:
+        parent = tmp_path / "locked"
+        parent.mkdir(mode=0o500)
+        # root writes through any permission bits, but not into /proc
+        path = Path("/proc/dreamgym-test/store") if os.geteuid() == 0 else parent / "store"
+        expected = "cannot open the store .* for writing"
+    with pytest.raises(StoreError, match=expected):
+        async with LmdbReplayStore(path):
+            pass

@@ -235,3 +235,41 @@ async def test_records_the_store_refuses_fail_the_run_after_the_rest_is_stored(t
                 [GroupSpec(task=unstorable, seed=0, source="real"), GroupSpec(task=TASK, seed=1, source="real")]
             )
         assert (await store.stats()).steps["real"] == 2 and (await store.stats()).episodes == 1
+
+
+STALLER = """
+import sys, lmdb
+env = lmdb.open(sys.argv[1], max_dbs=16)
+txn = env.begin(write=True)  # LMDB's one write lock, held by another process: the store's writes stall
+print("holding", flush=True)
+sys.stdin.readline()
+txn.abort()
+"""
+
+
+async def test_a_stalled_store_fails_the_run_instead_of_dropping_records_quietly(tmp_path: Path) -> None:
+    import sys
+
+    counts = Counts()
+    config = RuntimeConfig(real_concurrency=2, store_buffer=1, commit_batch=1, drain_timeout_s=1.0)
+    groups = [GroupSpec(task=TASK, size=2, seed=n, source="real") for n in range(4)]
+    async with open_store(tmp_path / "store") as store:
+        await store.put_task(TASK)
+        async with await anyio.open_process([sys.executable, "-c", STALLER, str(tmp_path / "store")]) as staller:
+            assert staller.stdin is not None and staller.stdout is not None
+            with anyio.fail_after(60):
+                assert b"holding" in await staller.stdout.receive()
+            rt = runtime(store, counts, config=config)
+            async with rt:
+                with pytest.raises(StoreError, match=r"stopped taking writes .* steps of this run were not stored"):
+                    await rt.run_groups(groups)
+                await staller.stdin.send(b"go\n")  # the store's write thread is blocked in LMDB until then
+        assert rt.stats.snapshot().errors.get("store:timeout", 0) >= 1
+    async with open_store(tmp_path / "store") as reopened:
+        stats = await reopened.stats()
+        assert stats.steps.get("real", 0) < counts.finished_steps  # some never reached the store...
+        for seq in range(1, stats.last_seq + 1):  # ...and what did is whole: an episode record has all its steps
+            step = await reopened.get_step(seq)
+            episode = await reopened.get_episode(step.episode_id)
+            if episode is not None:
+                assert len(await reopened.episode_steps(step.episode_id)) == episode.num_steps
