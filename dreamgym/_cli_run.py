@@ -42,26 +42,61 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``"0-3,7"`` → ``[0, 1, 2, 3, 7]``."""
-    from dreamgym.core.errors import ConfigError
+    """``"0-3,7"`` → ``[0, 1, 2, 3, 7]``.
+
+    Raises:
+        UsageError: The text is not numbers and ranges, a range runs backwards, or it names no seed.
+    """
+    from dreamgym.core.errors import UsageError
 
     seeds: list[int] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         low, dash, high = part.partition("-")
         if not low.isdigit() or (dash and not high.isdigit()):
-            raise ConfigError(f"--seeds {text!r}: write numbers and ranges like 0-9,12")
+            raise UsageError(f"--seeds {text!r}: write numbers and ranges like 0-9,12")
+        if dash and int(high) < int(low):
+            raise UsageError(f"--seeds {text!r}: the range {part} runs backwards; write {high}-{low}")
         seeds.extend(range(int(low), int(high) + 1) if dash else [int(low)])
+    if not seeds:
+        raise UsageError(f"--seeds {text!r} names no seed; write numbers and ranges like 0-9,12")
     return seeds
 
 
 def task_names(text: str) -> list[str]:
+    """The MiniWoB++ task names of ``--tasks`` (``all``, ``demo`` or a comma-separated list).
+
+    Raises:
+        UsageError: It names no task.
+    """
+    from dreamgym.core.errors import UsageError
     from dreamgym.sim_default import DEFAULT_TASKS
 
     if text == "all":
         return list(DEFAULT_TASKS)
     if text == "demo":
         return ["click-button", "enter-text", "login-user", "choose-list", "click-checkboxes", "search-engine"]
-    return [name.strip().removeprefix("miniwob/") for name in text.split(",") if name.strip()]
+    names = [name.strip().removeprefix("miniwob/") for name in text.split(",") if name.strip()]
+    if not names:
+        raise UsageError(f"--tasks {text!r} names no task; write names like click-button,enter-text, or all")
+    return names
+
+
+def check_run_arguments(args: argparse.Namespace) -> None:
+    """Check ``--seeds`` and ``--tasks`` (every name a MiniWoB++ task) before anything is opened.
+
+    Raises:
+        UsageError: Either names nothing, or a task that does not exist (the message says which).
+    """
+    from dreamgym._cli_train import miniwob_tasks
+    from dreamgym.core.errors import ConfigError, UsageError
+
+    parse_seeds(args.seeds)
+    try:
+        miniwob_tasks(task_names(args.tasks), args.max_steps)
+    except UsageError:
+        raise
+    except ConfigError as exc:
+        raise UsageError(f"--tasks {args.tasks!r}: {exc}") from None
 
 
 def _policy(args: argparse.Namespace, limiter: Any) -> Any:
@@ -171,6 +206,8 @@ def _summary(results: Sequence[Any]) -> str:
 def _run_collect(args: argparse.Namespace) -> int:
     import anyio
 
+    check_run_arguments(args)
+
     async def go() -> list[Any]:
         async with _runtime(args, simulator=False) as (runtime, site):
             return await _drive(runtime, _groups(args, site, real_share=1.0))
@@ -181,6 +218,8 @@ def _run_collect(args: argparse.Namespace) -> int:
 
 def _run_rollout(args: argparse.Namespace) -> int:
     import anyio
+
+    check_run_arguments(args)
 
     async def go() -> list[Any]:
         async with _runtime(args, simulator=True) as (runtime, site):

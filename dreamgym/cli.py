@@ -24,10 +24,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
-    from dreamgym.core.errors import DreamgymError
+    from dreamgym.core.errors import DreamgymError, UsageError
 
     try:
         return int(args.run(args) or 0)
+    except UsageError as exc:
+        print(f"dreamgym: error: {exc}", file=sys.stderr)
+        return 2
     except DreamgymError as exc:
         print(f"dreamgym: error: {exc}", file=sys.stderr)
         return 1

@@ -85,3 +85,19 @@ def test_a_store_another_process_writes_is_refused_in_one_line_and_left_as_it_wa
         assert len(lines) == 1 and lines[0].startswith("dreamgym: error: the store at"), result.stderr
         assert f"open for writing in process {os.getpid()}" in lines[0]
     assert json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)["steps"] == {"real": 5, "synthetic": 1}
+
+
+def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    for argv, says in (
+        (("--seeds", "5-1"), "the range 5-1 runs backwards"),
+        (("--seeds", ","), "names no seed"),
+        (("--tasks", ""), "names no task"),
+        (("--tasks", "click-buton"), "no MiniWoB task 'click-buton'"),
+    ):
+        for command in ("collect", "rollout"):
+            result = dreamgym(command, "--store", str(store), *argv, check=False)
+            assert result.returncode == 2, (argv, result.stderr)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("dreamgym: error: --") and says in lines[0], lines
+            assert not store.exists()  # checked before anything was opened

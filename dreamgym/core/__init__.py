@@ -35,6 +35,7 @@ from dreamgym.core.errors import (
     StoreError,
     StoreFullError,
     StoreLockedError,
+    UsageError,
 )
 from dreamgym.core.protocols import (
     ChatMessage,
@@ -134,6 +135,7 @@ __all__ = [
     "Task",
     "TextBackend",
     "ThreadBatcher",
+    "UsageError",
     "action_error",
     "apply_diff",
     "candidate_actions",

@@ -5,6 +5,7 @@ Every error dreamgym raises on purpose derives from :class:`DreamgymError`, so
 
     DreamgymError
     ├── ConfigError                 a setting is wrong; the message says how to fix it
+    │   └── UsageError              a command-line argument cannot work (exit 2, nothing opened)
     ├── RecordFormatError           stored bytes cannot be decoded
     │   └── SchemaVersionError      a record is newer than this dreamgym understands
     ├── StateFormatError            text is not in the abstract state format
@@ -16,7 +17,7 @@ Every error dreamgym raises on purpose derives from :class:`DreamgymError`, so
     │   └── ModelOutputError        a model's answer does not follow its template
     └── StoreError                  the replay store cannot do what was asked
         ├── StoreClosedError        the store was used after ``aclose()``
-        ├── StoreLockedError        the store is already open in this process
+        ├── StoreLockedError        the store is open in this process, or written by another
         └── StoreFullError          the disk (not the map) is full; nothing was lost
 
 A bad *agent* action is never an exception: environments report it as data in
@@ -42,6 +43,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreLockedError",
+    "UsageError",
 ]
 
 
@@ -51,6 +53,10 @@ class DreamgymError(Exception):
 
 class ConfigError(DreamgymError, ValueError):
     """A setting is missing, out of range, or inconsistent with another one."""
+
+
+class UsageError(ConfigError):
+    """A command-line argument that cannot work, found before anything is opened (the CLI exits 2)."""
 
 
 class RecordFormatError(DreamgymError, ValueError):
