@@ -9,8 +9,9 @@
 3. Size the warm start on ``--val-seeds`` (disjoint from the reported
    held-out seeds): behaviour-clone in stages up to each ``--warm-epochs``
    size and evaluate each greedily; keep the first whose every task lies in
-   [0.05, 0.9] and whose overall success lies in [0.1, 0.6] (else the one
-   with the most tasks in range). Only the GRPO loss moves the weights after it.
+   [0.05, 0.9] and whose overall success lies in [0.1, 0.6] (else, whole in
+   range first, the one with the most tasks in range). Only the GRPO loss
+   moves the weights after it.
 4. Real-only GRPO from there (``Trainer``, mixed mode with every group real),
    evaluated greedily on ``--held-out-seeds``: each (task, seed) once, at
    update 0, every ``--eval-every`` updates and at the last.
@@ -146,13 +147,13 @@ def _tune_warm_start(
     """Behaviour-clone in stages (each size continues the last), evaluating each on the validation seeds.
 
     Keeps the first size whose every task lies in [0.05, 0.9] and whose whole
-    lies in [0.1, 0.6]; else the one with the most tasks in range, the whole
-    nearest 0.35 breaking ties.
+    lies in [0.1, 0.6]; else, among those whose whole is in range (if any), the
+    one with the most tasks in range, the whole nearest 0.35 breaking ties.
     """
     from dreamgym.trainer import WarmStartConfig, demonstrations, warm_start
 
     tuning: list[dict[str, Any]] = []
-    best: tuple[tuple[int, float], Any] | None = None
+    best: tuple[tuple[bool, int, float], Any] | None = None
     current = copy.deepcopy(model)
     policy = _policy(current, tokenizer, args, temperature=0.0)
     examples, skipped = demonstrations(policy, demos, tasks)
@@ -172,7 +173,7 @@ def _tune_warm_start(
         overall = scores["successes"] / scores["n"]
         if all(0.05 <= p <= 0.9 for p in per_task) and 0.1 <= overall <= 0.6:
             return current, tuning
-        rank = (-sum(0.05 <= p <= 0.9 for p in per_task), abs(overall - 0.35))
+        rank = (not 0.1 <= overall <= 0.6, -sum(0.05 <= p <= 0.9 for p in per_task), abs(overall - 0.35))
         if best is None or rank < best[0]:
             best = (rank, copy.deepcopy(current))
     assert best is not None
