@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import shutil
 import threading
@@ -30,6 +31,8 @@ import lmdb
 from dreamgym.core.errors import StoreError, StoreFullError, StoreLockedError
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 DATABASES = ("meta", "steps", "episodes", "tasks", "by_episode", "by_task", "vectors", "cache")
 """Named databases. ``cache`` holds experience-model calls (simulator issue)."""
@@ -228,6 +231,11 @@ def _take_writer_lock(path: Path) -> int:
             f"the store at {path} is open for writing in process {holder}; one writer at a time "
             "(open it with readonly=True to read beside it, or wait for that process to finish)"
         ) from None
+    except OSError as exc:
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            os.close(fd)
+            raise StoreError(f"cannot lock the store at {path} for writing: {exc.strerror or exc}") from exc
+        log.warning("the filesystem holding %s has no file locks: nothing stops a second writer process", path)
     except BaseException:
         os.close(fd)
         raise
