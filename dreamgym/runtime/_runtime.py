@@ -226,9 +226,9 @@ class Runtime:
             self.stats.run_ended()
         if self._lost_steps > lost or unconfirmed:
             raise StoreError(
-                f"the store stopped taking writes for over {self.config.drain_timeout_s:g} s (a stalled disk, "
-                f"or another process holding its write lock): {self._lost_steps - lost} steps of this run were "
-                "not stored and their episodes are cut 'store'"
+                f"the store stopped taking writes (for over {self.config.drain_timeout_s:g} s, or its writer "
+                f"ended; a stalled disk, another process holding its write lock): {self._lost_steps - lost} steps "
+                "of this run were not stored and their episodes are cut 'store'"
                 + ("; the last writes were not confirmed either" if unconfirmed else "")
             )
         if self._writer.failures > failures:
