@@ -163,7 +163,9 @@ def _run_import(args: argparse.Namespace) -> int:
             return counts
 
     counts = anyio.run(go)
-    print("imported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()))
+    skipped = counts.pop("skipped", 0)
+    print("imported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items())
+          + (f"; skipped {skipped} steps already in the store" if skipped else ""))  # fmt: skip
     return 0
 
 

@@ -9,7 +9,8 @@ from typing import Any
 import anyio
 from helpers import dreamgym, make_step
 
-from dreamgym.core import Task
+from dreamgym.core import Episode, Task
+from dreamgym.core.types import decode_record
 from dreamgym.replay import HashingEmbedder, LmdbReplayStore
 
 
@@ -101,3 +102,46 @@ def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) 
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("dreamgym: error: --") and says in lines[0], lines
             assert not store.exists()  # checked before anything was opened
+
+
+def test_a_collect_killed_inside_an_episode_commit_leaves_no_episode_without_its_record(tmp_path: Path) -> None:
+    """SIGKILL (through the store's test hook) inside the third episode's commit: the two episodes
+    committed before it are whole, the third left nothing, and ``replay stats`` sees no gap."""
+    import signal
+
+    store = tmp_path / "store"
+    argv = ("collect", "--store", str(store), "--tasks", "click-test,click-button", "--seeds", "0-2")
+    killed = dreamgym(*argv, "--concurrency", "1", check=False, env={"DREAMGYM_TEST_FAULT": "kill:episode-commit@3"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    stats = json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)
+    assert stats["episodes"] == 2
+    assert (stats["unfinished_episodes"], stats["empty_episodes"]) == (0, 0)
+
+    async def whole() -> None:
+        async with LmdbReplayStore(store, readonly=True) as opened:
+            episodes = [decode_record(raw, Episode) for _, raw in opened.iter_records("episodes")]
+            assert len(episodes) == 2
+            for episode in episodes:
+                steps = await opened.episode_steps(episode.episode_id)
+                assert [s.step_index for s in steps] == list(range(episode.num_steps))
+            assert sum(e.num_steps for e in episodes) == sum(stats["steps"].values())
+
+    anyio.run(whole)
+
+
+def test_replay_stats_counts_unfinished_and_empty_episodes(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+
+    async def fill() -> None:
+        async with LmdbReplayStore(store, embedder=HashingEmbedder(32)) as opened:
+            await opened.append(
+                [make_step(0, episode_id="done"), make_step(1, episode_id="done")],
+                episodes=[Episode(episode_id="done", task_id="t", source="real", num_steps=2)],
+            )
+            await opened.append([make_step(0, episode_id="cut-short")])  # its record never came
+            await opened.append([make_step(0, episode_id="done/shadow", source="synthetic")])  # none by design
+            await opened.put_episode(Episode(episode_id="no-steps", task_id="t", source="real", num_steps=1))
+
+    anyio.run(fill)
+    stats = json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)
+    assert (stats["episodes"], stats["unfinished_episodes"], stats["empty_episodes"]) == (2, 1, 1)

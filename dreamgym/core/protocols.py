@@ -235,8 +235,9 @@ class Embedder(Protocol):
 class ReplayStore(Protocol):
     """The store of every record dreamgym produces (see ``dreamgym.replay``)."""
 
-    async def append(self, steps: Sequence[Step]) -> list[int]:
-        """Commit steps; returns their sequence numbers once the commit is durable."""
+    async def append(self, steps: Sequence[Step], *, episodes: Sequence[Episode] = ()) -> list[int]:
+        """Commit steps and the summaries of the episodes they finish, all or nothing; returns the
+        steps' sequence numbers once the commit is durable."""
         ...
 
     async def put_task(self, task: Task) -> None: ...

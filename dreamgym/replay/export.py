@@ -2,8 +2,10 @@
 
 JSONL format: one record per line, as :func:`~dreamgym.core.types.record_to_json`
 writes it (each line has ``kind`` and ``schema_version``): tasks first, then
-steps in sequence order, then episodes. Importing appends the steps to the
-target store under new sequence numbers; tasks and episodes are put by id.
+steps in sequence order, then episodes. Importing checks the whole file,
+then adds it in one transaction: the steps under new sequence numbers (a
+step whose episode already holds its ``step_index`` is skipped), tasks and
+episodes by id.
 """
 
 from __future__ import annotations
@@ -43,34 +45,33 @@ def _decode(db: str, value: bytes) -> Any:
     return decode_record(value, kind)
 
 
-async def import_jsonl(store: LmdbReplayStore, path: str | Path, *, batch: int = 1000) -> dict[str, int]:
-    """Add the records of a JSONL export to ``store``; returns counts per kind.
+async def import_jsonl(store: LmdbReplayStore, path: str | Path) -> dict[str, int]:
+    """Add the records of a JSONL export to ``store``, all or nothing; returns counts per kind.
+
+    Every line is read and checked first: a file with one bad line (a
+    truncated last line, say) adds nothing. Then the whole file is committed
+    in one transaction (:meth:`~LmdbReplayStore.add_records`), skipping steps
+    the store already holds, so importing a file again, or its fixed version
+    after a failed try, adds each step once. Counts: ``task``, ``step``
+    (added), ``episode``, ``skipped`` (steps already stored).
 
     Raises:
-        RecordFormatError: A line is not a record; the message names the line.
+        RecordFormatError: A line is not a record; the message names the line, and nothing was added.
     """
-    counts = {"task": 0, "step": 0, "episode": 0}
-    pending: list[Step] = []
-    for number, line in enumerate(_lines(path), start=1):
-        try:
-            record: Record = record_from_json(line)
-        except RecordFormatError as exc:
-            raise RecordFormatError(f"{path}:{number}: {exc}") from exc
-        if isinstance(record, Task):
-            await store.put_task(record)
-        elif isinstance(record, Episode):
-            await store.put_episode(record)
-        elif isinstance(record, Step):
-            pending.append(record)
-            if len(pending) >= batch:
-                await store.append(pending)
-                pending = []
-        else:
-            raise RecordFormatError(f"{path}:{number}: a {type(record).__name__} cannot stand alone in an export")
-        counts[str(record.__struct_config__.tag)] += 1
-    if pending:
-        await store.append(pending)
-    return counts
+
+    def check() -> None:
+        for number, line in enumerate(_lines(path), start=1):
+            try:
+                record: Record = record_from_json(line)
+            except RecordFormatError as exc:
+                raise RecordFormatError(f"{path}:{number}: {exc}; nothing was imported") from exc
+            if not isinstance(record, Task | Step | Episode):
+                raise RecordFormatError(
+                    f"{path}:{number}: a {type(record).__name__} cannot stand alone in an export; nothing was imported"
+                )
+
+    await anyio.to_thread.run_sync(check)
+    return await store.add_records(lambda: (record_from_json(line) for line in _lines(path)))
 
 
 def _lines(path: str | Path) -> Iterator[bytes]:

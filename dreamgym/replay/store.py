@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -53,7 +55,7 @@ from dreamgym.core.errors import (
     StoreError,
 )
 from dreamgym.core.protocols import Embedder, Neighbour
-from dreamgym.core.types import Episode, Source, Step, Task, decode_record, encode_record
+from dreamgym.core.types import Episode, Record, Source, Step, Task, decode_record, encode_record
 from dreamgym.replay._index import TransitionIndex
 from dreamgym.replay._lmdb import LmdbEnv
 from dreamgym.replay._vectors import SOURCE_CODE, VectorEntry, vector_decoder, vector_encoder
@@ -100,6 +102,12 @@ class StoreStats:
     dim: int
     map_size: int
     index_covered_upto: int
+    unfinished_episodes: int = 0
+    """Episodes with steps but no episode record: still running when their writer stopped, or
+    written by ``append`` without their summary (a shadow episode, ``<id>/shadow``, has none by
+    design and is not counted)."""
+    empty_episodes: int = 0
+    """Episode records without a step."""
 
 
 class _UnavailableEmbedder:
@@ -291,37 +299,91 @@ class LmdbReplayStore:
 
     # ------------------------------------------------------------------ writing
 
-    async def append(self, steps: Sequence[Step]) -> list[int]:
-        """Commit steps in order; returns their sequence numbers after the commit."""
+    async def append(self, steps: Sequence[Step], *, episodes: Sequence[Episode] = ()) -> list[int]:
+        """Commit steps in order, and the summaries of the episodes they finish, in one transaction.
+
+        Returns the steps' sequence numbers after the commit. An episode and its
+        steps appended together are stored together or not at all: a process
+        killed mid-commit leaves neither.
+        """
         self._require_writable()
-        if not steps:
+        if not steps and not episodes:
             return []
         encoded = [encode_record(step) for step in steps]
+        summaries = [(episode.episode_id.encode(), encode_record(episode)) for episode in episodes]
         for step in steps:
-            if "\0" in step.episode_id or "\0" in step.task_id:
-                raise RecordFormatError("task and episode ids must not contain NUL characters")
+            _check_ids(step)
         env = self._require_env()
 
         def apply(txn: lmdb.Transaction, alloc: SeqAlloc) -> list[int]:
-            seqs = []
             counts = {"real": 0, "synthetic": 0}
-            for step, data in zip(steps, encoded, strict=True):
-                seq = alloc.take()
-                key = _key(seq)
-                txn.put(key, data, db=env.db("steps"), append=True)
-                txn.put(step.episode_id.encode() + b"\0" + key, b"", db=env.db("by_episode"))
-                txn.put(step.task_id.encode() + b"\0" + key, _SOURCE_BYTE[step.source], db=env.db("by_task"))
-                counts[step.source] += 1
-                seqs.append(seq)
-            for source, n in counts.items():
-                if n:
-                    _bump(txn, env, f"count/{source}", n)
+            seqs = [_put_step(txn, env, alloc, step, data, counts) for step, data in zip(steps, encoded, strict=True)]
+            _bump_counts(txn, env, counts)
+            for key, data in summaries:
+                txn.put(key, data, db=env.db("episodes"))
+            if summaries:
+                _fault_point("episode-commit")
             return seqs
 
-        seqs: list[int] = await self._submit(apply, len(steps))
+        seqs: list[int] = await self._submit(apply, len(steps) + len(summaries))
         if self.config.auto_index:
             self._work.set()
         return seqs
+
+    async def add_records(self, records: Callable[[], Iterable[Record]]) -> dict[str, int]:
+        """Add tasks, steps and episodes in one transaction (all or nothing), skipping steps already stored.
+
+        ``records()`` is iterated inside the write transaction (again, from the
+        start, should the map grow mid-way), so an import streams a file of any
+        size and still commits it whole. A step is already stored when its
+        episode holds a step of the same ``step_index``: adding the same records
+        twice, or after a partial earlier import, adds nothing twice. Tasks and
+        episodes are put by id (the newer replaces the older).
+
+        Returns counts: ``task``, ``step`` (added), ``episode``, ``skipped`` (steps already stored).
+
+        Raises:
+            RecordFormatError: A record is not a task, step or episode, or an id holds a NUL;
+                nothing was committed.
+        """
+        self._require_writable()
+        env = self._require_env()
+        instructions: dict[str, str] = {}
+
+        def apply(txn: lmdb.Transaction, alloc: SeqAlloc) -> dict[str, int]:
+            found = {"task": 0, "step": 0, "episode": 0, "skipped": 0}
+            counts = {"real": 0, "synthetic": 0}
+            stored: dict[str, set[int]] = {}
+            instructions.clear()
+            for record in records():
+                if isinstance(record, Task):
+                    txn.put(record.task_id.encode(), encode_record(record), db=env.db("tasks"))
+                    instructions[record.task_id] = record.instruction
+                    found["task"] += 1
+                elif isinstance(record, Episode):
+                    txn.put(record.episode_id.encode(), encode_record(record), db=env.db("episodes"))
+                    found["episode"] += 1
+                elif isinstance(record, Step):
+                    _check_ids(record)
+                    indices = stored.get(record.episode_id)
+                    if indices is None:
+                        indices = stored[record.episode_id] = _stored_indices(txn, env, record.episode_id)
+                    if record.step_index in indices:
+                        found["skipped"] += 1
+                        continue
+                    indices.add(record.step_index)
+                    _put_step(txn, env, alloc, record, encode_record(record), counts)
+                    found["step"] += 1
+                else:
+                    raise RecordFormatError(f"a {type(record).__name__} cannot be added to a store on its own")
+            _bump_counts(txn, env, counts)
+            return found
+
+        found: dict[str, int] = await self._submit(apply, 1)
+        self._instructions.update(instructions)
+        if found["step"] and self.config.auto_index:
+            self._work.set()
+        return found
 
     async def put_task(self, task: Task) -> None:
         """Store (or replace) a task."""
@@ -463,6 +525,7 @@ class LmdbReplayStore:
                 return _int(txn.get(key.encode(), db=meta))
 
             cursor = txn.cursor(db=env.db("steps"))
+            unfinished, empty = _episode_gaps(txn, env)
             return StoreStats(
                 steps={"real": get("count/real"), "synthetic": get("count/synthetic")},
                 episodes=txn.stat(env.db("episodes"))["entries"],
@@ -474,6 +537,8 @@ class LmdbReplayStore:
                 dim=self.embedder.dim,
                 map_size=env.map_size(),
                 index_covered_upto=self._index.covered_upto,
+                unfinished_episodes=unfinished,
+                empty_episodes=empty,
             )
 
         return await anyio.to_thread.run_sync(env.read, read)
@@ -640,6 +705,73 @@ class LmdbReplayStore:
         seqs, scores = await anyio.to_thread.run_sync(lambda: self._index.search(vector, k, filters))
         steps = await self.get_steps(seqs)
         return [Neighbour(seq=q, score=s, step=st) for q, s, st in zip(seqs, scores, steps, strict=True)]
+
+
+def _check_ids(step: Step) -> None:
+    if "\0" in step.episode_id or "\0" in step.task_id:
+        raise RecordFormatError("task and episode ids must not contain NUL characters")
+
+
+def _put_step(
+    txn: lmdb.Transaction, env: LmdbEnv, alloc: SeqAlloc, step: Step, data: bytes, counts: dict[str, int]
+) -> int:
+    """Put one encoded step and its index keys under the next sequence number; count it by source."""
+    seq = alloc.take()
+    key = _key(seq)
+    txn.put(key, data, db=env.db("steps"), append=True)
+    txn.put(step.episode_id.encode() + b"\0" + key, b"", db=env.db("by_episode"))
+    txn.put(step.task_id.encode() + b"\0" + key, _SOURCE_BYTE[step.source], db=env.db("by_task"))
+    counts[step.source] += 1
+    return seq
+
+
+def _bump_counts(txn: lmdb.Transaction, env: LmdbEnv, counts: dict[str, int]) -> None:
+    for source, n in counts.items():
+        if n:
+            _bump(txn, env, f"count/{source}", n)
+
+
+def _stored_indices(txn: lmdb.Transaction, env: LmdbEnv, episode_id: str) -> set[int]:
+    """The step indices an episode already has in the store."""
+    prefix = episode_id.encode() + b"\0"
+    steps = env.db("steps")
+    indices: set[int] = set()
+    cursor = txn.cursor(db=env.db("by_episode"))
+    if cursor.set_range(prefix):
+        for key in cursor.iternext(keys=True, values=False):
+            if not bytes(key).startswith(prefix):
+                break
+            data = txn.get(bytes(key)[-8:], db=steps)
+            if data is not None:
+                indices.add(decode_record(data, Step).step_index)
+    return indices
+
+
+def _episode_gaps(txn: lmdb.Transaction, env: LmdbEnv) -> tuple[int, int]:
+    """(episodes with steps but no record, records without steps), from the keys alone."""
+    with_steps: set[bytes] = set()
+    for key in txn.cursor(db=env.db("by_episode")).iternext(keys=True, values=False):
+        episode_id = bytes(key)[:-9]  # episode_id \0 8-byte seq
+        if not episode_id.endswith(b"/shadow"):
+            with_steps.add(episode_id)
+    recorded = {bytes(key) for key in txn.cursor(db=env.db("episodes")).iternext(keys=True, values=False)}
+    return len(with_steps - recorded), len(recorded - with_steps)
+
+
+_FAULT_HITS: dict[str, int] = {}
+
+
+def _fault_point(name: str) -> None:
+    """A test hook: with ``DREAMGYM_TEST_FAULT=kill:<name>@<n>`` in the environment the process
+    SIGKILLs itself the ``n``-th time it gets here (``@<n>`` left out: the first), so a test stops a
+    real writer at a chosen point, not at a chosen time. ``episode-commit`` is inside the write
+    transaction of an episode's steps and record, before it commits. Unset, it costs one lookup."""
+    fault = os.environ.get("DREAMGYM_TEST_FAULT", "")
+    point, _, nth = fault.removeprefix("kill:").partition("@")
+    if fault.startswith("kill:") and point == name:
+        _FAULT_HITS[name] = _FAULT_HITS.get(name, 0) + 1
+        if _FAULT_HITS[name] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _bump(txn: lmdb.Transaction, env: LmdbEnv, key: str, n: int) -> None:

@@ -2,8 +2,8 @@
 
 Rollouts put :class:`Commit` items on a bounded memory stream (a full stream
 makes them wait: backpressure); one task takes whatever is waiting, up to a
-batch, and writes it: each item's task records and steps first, then its
-episode summaries, so a stored episode always has its steps. The items of a
+batch, and writes it: each item's task records first, then its steps and
+episode summaries in one transaction, so an episode is stored whole or not at all. The items of a
 round are written concurrently and the store's own group commit gathers them
 into few transactions. A :meth:`StoreWriter.barrier` returns once everything
 put before it is committed.
@@ -113,11 +113,9 @@ class StoreWriter:
         try:
             for task in item.tasks:
                 await self.store.put_task(task)
-            if item.steps:
-                await self.store.append(item.steps)
+            if item.steps or item.episodes:
+                await self.store.append(item.steps, episodes=item.episodes)  # together or not at all
                 self.committed_steps += len(item.steps)
-            for episode in item.episodes:
-                await self.store.put_episode(episode)
         except Exception:
             self.failures += 1
             log.exception("the store refused %d steps and %d episodes", len(item.steps), len(item.episodes))

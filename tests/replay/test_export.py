@@ -26,8 +26,8 @@ async def test_jsonl_export_then_import_reproduces_every_record(tmp_path: Path) 
         steps = await _fill(source)
         assert await export_jsonl(source, tmp_path / "out.jsonl") == 8
     async with LmdbReplayStore(tmp_path / "b", embedder=HashingEmbedder(32)) as target:
-        counts = await import_jsonl(target, tmp_path / "out.jsonl", batch=4)
-        assert counts == {"task": 1, "step": 6, "episode": 1}
+        counts = await import_jsonl(target, tmp_path / "out.jsonl")
+        assert counts == {"task": 1, "step": 6, "episode": 1, "skipped": 0}
         assert await target.get_steps(list(range(1, 7))) == steps
         assert (await target.get_task("task-a")).instruction == "click the button"  # type: ignore[union-attr]
         assert (await target.get_episode("ep-0")).success  # type: ignore[union-attr]
@@ -35,13 +35,43 @@ async def test_jsonl_export_then_import_reproduces_every_record(tmp_path: Path) 
         assert (await target.stats()).vectors == 3
 
 
-async def test_a_bad_line_names_its_place_and_keeps_what_came_before(tmp_path: Path) -> None:
+async def test_a_bad_line_names_its_place_and_nothing_is_imported(tmp_path: Path) -> None:
     lines = [record_to_json(make_step(0)), b'{"kind": "step", "source": "real"}', record_to_json(make_step(1))]
     (tmp_path / "bad.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     async with LmdbReplayStore(tmp_path / "s", embedder=HashingEmbedder(32)) as store:
-        with pytest.raises(RecordFormatError, match="bad.jsonl:2"):
-            await import_jsonl(store, tmp_path / "bad.jsonl", batch=1)
-        assert (await store.stats()).last_seq == 1
+        with pytest.raises(RecordFormatError, match="bad.jsonl:2.*nothing was imported"):
+            await import_jsonl(store, tmp_path / "bad.jsonl")
+        assert (await store.stats()).last_seq == 0
+
+
+async def test_a_truncated_file_then_the_fixed_one_then_again_stores_each_step_once(tmp_path: Path) -> None:
+    async with LmdbReplayStore(tmp_path / "a", embedder=HashingEmbedder(32)) as source:
+        steps = await _fill(source)
+        await export_jsonl(source, tmp_path / "full.jsonl")
+    full = (tmp_path / "full.jsonl").read_bytes()
+    (tmp_path / "cut.jsonl").write_bytes(full[: len(full) - 40])  # the last line loses its end
+    async with LmdbReplayStore(tmp_path / "b", embedder=HashingEmbedder(32)) as target:
+        with pytest.raises(RecordFormatError, match="cut.jsonl:8"):
+            await import_jsonl(target, tmp_path / "cut.jsonl")
+        first = await import_jsonl(target, tmp_path / "full.jsonl")
+        again = await import_jsonl(target, tmp_path / "full.jsonl")
+        stats = await target.stats()
+        stored = {(s.episode_id, s.step_index) for s in await target.get_steps(list(range(1, stats.last_seq + 1)))}
+    assert first == {"task": 1, "step": 6, "episode": 1, "skipped": 0}
+    assert again == {"task": 1, "step": 0, "episode": 1, "skipped": 6}
+    assert stats.last_seq == 6 and stats.steps == {"real": 3, "synthetic": 3}
+    assert stored == {(s.episode_id, s.step_index) for s in steps}
+
+
+async def test_an_import_over_a_partial_one_adds_only_the_missing_steps(tmp_path: Path) -> None:
+    async with LmdbReplayStore(tmp_path / "a", embedder=HashingEmbedder(32)) as source:
+        steps = await _fill(source)
+        await export_jsonl(source, tmp_path / "full.jsonl")
+    async with LmdbReplayStore(tmp_path / "b", embedder=HashingEmbedder(32)) as target:
+        await target.append(steps[:2])  # what an earlier, interrupted copy left
+        counts = await import_jsonl(target, tmp_path / "full.jsonl")
+        assert counts["step"] == 4 and counts["skipped"] == 2
+        assert len(await target.episode_steps("ep-0")) == 3
 
 
 async def test_episodes_become_a_hugging_face_dataset(tmp_path: Path) -> None:
