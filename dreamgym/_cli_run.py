@@ -17,6 +17,11 @@ def add_run_commands(commands: Any) -> None:
     """Register ``collect`` and ``rollout`` on the CLI's subparsers."""
     collect = commands.add_parser("collect", help="run a policy on real tasks (Chromium) into a store")
     _common(collect)
+    collect.add_argument(
+        "--again",
+        action="store_true",
+        help="run every (task, seed) group, even those the store already holds finished episodes of",
+    )
     collect.set_defaults(run=_run_collect)
 
     rollout = commands.add_parser("rollout", help="synthetic or mixed rollouts into a store")
@@ -208,12 +213,40 @@ def _run_collect(args: argparse.Namespace) -> int:
 
     check_run_arguments(args)
 
-    async def go() -> list[Any]:
+    async def go() -> tuple[list[Any], int]:
         async with _runtime(args, simulator=False) as (runtime, site):
-            return await _drive(runtime, _groups(args, site, real_share=1.0))
+            groups = _groups(args, site, real_share=1.0)
+            done = 0
+            if not args.again:
+                groups, done = await collected(runtime.store, groups, runtime.policy.policy_id)
+            return (await _drive(runtime, groups) if groups else []), done
 
-    print(_summary(anyio.run(go)))
+    results, done = anyio.run(go)
+    print(_summary(results) + (f"; skipped {done} groups the store already holds (--again runs them)" if done else ""))
     return 0
+
+
+async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[list[Any], int]:
+    """The groups still to collect, and how many are done: a (task, seed) group is done when the store
+    holds at least its size of episodes of that task and seed by this policy that the infrastructure
+    did not cut. A group with fewer runs in full (its earlier episodes stay)."""
+    from collections import Counter
+
+    from dreamgym.core.types import Episode, decode_record
+
+    def count() -> Counter[tuple[str, int | None]]:
+        finished: Counter[tuple[str, int | None]] = Counter()
+        for _, raw in store.iter_records("episodes"):
+            episode = decode_record(raw, Episode)
+            if episode.policy_id == policy_id and episode.source == "real" and not episode.cut_reason:
+                finished[(episode.task_id, episode.seed)] += 1
+        return finished
+
+    import anyio
+
+    finished = await anyio.to_thread.run_sync(count)
+    pending = [group for group in groups if finished[(group.task.task_id, group.seed)] < group.size]
+    return pending, len(groups) - len(pending)
 
 
 def _run_rollout(args: argparse.Namespace) -> int:

@@ -145,3 +145,22 @@ def test_replay_stats_counts_unfinished_and_empty_episodes(tmp_path: Path) -> No
     anyio.run(fill)
     stats = json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)
     assert (stats["episodes"], stats["unfinished_episodes"], stats["empty_episodes"]) == (2, 1, 1)
+
+
+def test_collect_again_skips_the_groups_the_store_holds_unless_told_again(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    argv = ("collect", "--store", str(store), "--tasks", "click-test")
+
+    def episodes() -> int:
+        return int(json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)["episodes"])
+
+    assert "2 groups, 4 episodes" in dreamgym(*argv, "--seeds", "0-1", "--group-size", "2").stdout
+    assert episodes() == 4
+    rerun = dreamgym(*argv, "--seeds", "0-1", "--group-size", "2").stdout
+    assert "0 groups, 0 episodes" in rerun and "skipped 2 groups" in rerun
+    assert episodes() == 4
+    more = dreamgym(*argv, "--seeds", "0-2", "--group-size", "2").stdout
+    assert "1 groups, 2 episodes" in more and "skipped 2 groups" in more
+    assert episodes() == 6
+    dreamgym(*argv, "--seeds", "0", "--group-size", "2", "--again")
+    assert episodes() == 8
