@@ -85,6 +85,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, groups_per_update: 
     parser.add_argument("--warm-epochs", default="1,1.5,2,2.5,3,3.5,4,5", help="warm-start sizes to try, in order")
     parser.add_argument("--warm-lr", type=float, default=1e-3)
     parser.add_argument("--warm-batch", type=int, default=4, help="examples per behaviour-cloning update")
+    parser.add_argument("--warm-lm-weight", type=float, default=1.0, help="WarmStartConfig.lm_weight")
     parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=20)
     parser.add_argument("--group-size", type=int, default=8)
@@ -164,7 +165,7 @@ def _tune_warm_start(
     done = 0.0
     for epochs in (float(e) for e in args.warm_epochs.split(",")):
         config = WarmStartConfig(epochs=epochs - done, learning_rate=args.warm_lr, batch_size=args.warm_batch,
-                                 seed=args.seed + len(tuning))  # fmt: skip
+                                 seed=args.seed + len(tuning), lm_weight=args.warm_lm_weight)  # fmt: skip
         fit = warm_start(policy, examples, config)
         done = epochs
         scores = anyio.run(_evaluate, args, tasks, current, tokenizer, _seeds(args.val_seeds), f"val-{epochs}")

@@ -57,7 +57,8 @@ def main() -> int:
         policy = lc._policy(copy.deepcopy(model), tokenizer, args, temperature=0.0)
         fit_on, _ = demonstrations(policy, train, tasks)
         held, _ = demonstrations(policy, val, tasks)
-        config = WarmStartConfig(epochs=epochs, learning_rate=args.lr, batch_size=args.batch, seed=args.seed)
+        config = WarmStartConfig(epochs=epochs, learning_rate=args.lr, batch_size=args.batch, seed=args.seed,
+                                 lm_weight=args.lm_weight)  # fmt: skip
         fit = warm_start(policy, fit_on, config)
         row = {"epochs": epochs, "updates": fit.updates, "train_examples": len(fit_on), "val_examples": len(held),
                "train_accuracy": round(fit.accuracy, 4), "tasks": _accuracy(policy, fit_on, held)}  # fmt: skip
@@ -85,6 +86,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--epochs", default="2,4,8,16", help="sizes, each from the same fresh model")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--lm-weight", type=float, default=1.0, help="WarmStartConfig.lm_weight")
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--contexts", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)

@@ -44,10 +44,19 @@ class WarmStartConfig:
     batch_size: int = 16
     seed: int = 0
     """Shuffles the examples."""
+    lm_weight: float = 0.0
+    """Weight of an auxiliary next-token loss on every id of each example (the prompt and the
+    episode so far), added to the label's cross-entropy. A model trained from scratch needs it: on
+    the label alone the tiny policy stays at the label prior for hundreds of updates, while
+    predicting the page's own text teaches it to copy across the page (an element's name into its
+    choice line, the goal's words), which is what matching the goal to a choice takes
+    (``benchmarks/warm_start_probe.py``). 0 trains the label alone."""
 
     def __post_init__(self) -> None:
         if not (self.epochs > 0 and math.isfinite(self.epochs)):
             raise ConfigError(f"WarmStartConfig.epochs must be > 0, got {self.epochs}")
+        if not (self.lm_weight >= 0 and math.isfinite(self.lm_weight)):
+            raise ConfigError(f"WarmStartConfig.lm_weight must be a finite number >= 0, got {self.lm_weight}")
         if self.learning_rate <= 0 or self.batch_size < 1:
             raise ConfigError("WarmStartConfig.learning_rate must be > 0 and batch_size >= 1")
 
@@ -71,7 +80,8 @@ class WarmStartResult:
     updates: int
     first_loss: float
     last_loss: float
-    """Mean cross-entropy of the first and last tenth of the updates."""
+    """Mean cross-entropy of the label over the first and last tenth of the updates (the auxiliary
+    next-token loss left out)."""
     accuracy: float
     """Share of the examples whose label is the policy's most likely token afterwards."""
 
@@ -139,11 +149,12 @@ def warm_start(policy: LocalPolicy, examples: Sequence[Demonstration], config: W
             if not batches:
                 batches = _length_batches(examples, config.batch_size, rng)
             chosen = batches.pop()
-            loss = _loss(model, [examples[n] for n in chosen], policy.turns.eos_id)
+            label_loss, text_loss = _losses(model, [examples[n] for n in chosen], policy.turns.eos_id,
+                                            text=config.lm_weight > 0)  # fmt: skip
             optimizer.zero_grad()
-            loss.backward()
+            (label_loss + config.lm_weight * text_loss).backward()
             optimizer.step()
-            losses.append(float(loss.detach()))
+            losses.append(float(label_loss.detach()))
     finally:
         model.eval()
         policy.weights_changed()
@@ -175,8 +186,8 @@ def _length_batches(examples: Sequence[Demonstration], size: int, rng: random.Ra
     return batches
 
 
-def _last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
-    """The logits after each row's last id (rows right-padded, masked)."""
+def _batch(rows: Sequence[Demonstration], pad_id: int) -> tuple[Any, Any]:
+    """Rows right-padded into ids and an attention mask."""
     import torch
 
     width = max(len(row.ids) for row in rows)
@@ -185,16 +196,35 @@ def _last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
     for n, row in enumerate(rows):
         ids[n, : len(row.ids)] = torch.tensor(row.ids)
         mask[n, : len(row.ids)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits
+    return ids, mask
+
+
+def _last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
+    """The logits after each row's last id (rows right-padded, masked)."""
+    import torch
+
+    ids, mask = _batch(rows, pad_id)
     last = torch.tensor([len(row.ids) - 1 for row in rows])
+    logits = model(input_ids=ids, attention_mask=mask).logits
     return logits[torch.arange(len(rows)), last].float()
 
 
-def _loss(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
+def _losses(model: Any, rows: Sequence[Demonstration], pad_id: int, *, text: bool) -> tuple[Any, Any]:
+    """The label's cross-entropy and (with ``text``) the mean next-token loss over the rows' ids."""
     import torch
+    import torch.nn.functional as F
 
-    logits = _last_logits(model, rows, pad_id)
-    return torch.nn.functional.cross_entropy(logits, torch.tensor([row.label for row in rows]))
+    ids, mask = _batch(rows, pad_id)
+    last = torch.tensor([len(row.ids) - 1 for row in rows])
+    labels = torch.tensor([row.label for row in rows])
+    if not text:
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        return F.cross_entropy(logits[torch.arange(len(rows)), last].float(), labels), torch.zeros(())
+    logits = model(input_ids=ids, attention_mask=mask).logits.float()
+    label_loss = F.cross_entropy(logits[torch.arange(len(rows)), last], labels)
+    targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+    text_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    return label_loss, text_loss
 
 
 def _accuracy(model: Any, examples: Sequence[Demonstration], pad_id: int, batch: int = 32) -> float:

@@ -44,12 +44,14 @@ def test_the_tiny_policy_is_small_and_answers_with_label_tokens() -> None:
     assert decision.tokens is not None and len(decision.tokens.action_ids) in (1, 2)
 
 
-def test_warm_start_teaches_the_demonstrated_choices() -> None:
+@pytest.mark.parametrize("lm_weight", [0.0, 1.0])
+def test_warm_start_teaches_the_demonstrated_choices(lm_weight: float) -> None:
     model, tokenizer = build()
     policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
     examples, skipped = demonstrations(policy, [demo(seed) for seed in range(4)], [TASK])
     assert (len(examples), skipped) == (8, 0)  # "click [e3]" matches the labelled choice 'click [e3] "Submit"'
-    result = warm_start(policy, examples, WarmStartConfig(epochs=40, learning_rate=1e-2, batch_size=8))
+    config = WarmStartConfig(epochs=40, learning_rate=1e-2, batch_size=8, lm_weight=lm_weight)
+    result = warm_start(policy, examples, config)
     assert result.last_loss < result.first_loss
     assert result.accuracy == 1.0
     for seed in range(4):  # greedy, the policy now does what it was shown, on every page it was shown
@@ -86,3 +88,23 @@ def test_a_warm_start_pass_sees_every_example_once_in_batches_of_similar_length(
     unsorted = sum(16 * max(lengths[n] for n in shuffled[s : s + 16]) for s in range(0, 300, 16))
     assert padded < 0.75 * unsorted  # the padding the batching exists to save
     assert _length_batches(examples, 16, random.Random(0)) == batches  # seeded
+
+
+def test_the_auxiliary_text_loss_learns_the_pages_text() -> None:
+    """With ``lm_weight`` the model also learns to predict the episode's ids (what it is for: copying across
+    the page); without it, only the label moves."""
+    import torch
+
+    from dreamgym.trainer._warm import _losses
+
+    def text_loss_after(lm_weight: float) -> float:
+        model, tokenizer = build()
+        policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
+        examples, _ = demonstrations(policy, [demo(seed) for seed in range(4)], [TASK])
+        warm_start(policy, examples, WarmStartConfig(epochs=20, learning_rate=1e-2, batch_size=8, lm_weight=lm_weight))
+        with torch.no_grad():
+            return float(_losses(model, examples, policy.turns.eos_id, text=True)[1])
+
+    assert text_loss_after(1.0) < 0.5 * text_loss_after(0.0)
+    with pytest.raises(ConfigError, match="lm_weight"):
+        WarmStartConfig(lm_weight=-1.0)
