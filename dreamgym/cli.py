@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("path", type=Path)
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.set_defaults(run=_run_stats)
+    check = sub.add_parser("check", help="walk every page and record of a store; exit 1 if anything is damaged")
+    check.add_argument("path", type=Path)
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(run=_run_check)
     export = sub.add_parser("export", help="write a store's records as JSONL")
     export.add_argument("path", type=Path)
     export.add_argument("-o", "--output", type=Path, required=True)
@@ -134,6 +138,29 @@ def _run_stats(args: argparse.Namespace) -> int:
         table.add_row(field.name, str(getattr(stats, field.name)))
     Console().print(table)
     return 0
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from dreamgym.replay._check import check_store_isolated
+
+    report = check_store_isolated(args.path)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(report)))
+    else:
+        walked = ", ".join(f"{n} {db}" for db, n in report.records.items() if n)
+        print(f"{args.path}: read {walked or 'nothing'}" + ("" if report.checksummed else " (format 1: no checksums)"))
+        for note in report.notes:
+            print(f"note: {note}")
+        for problem in report.problems:
+            print(f"damaged: {problem}", file=sys.stderr)
+        print(
+            "the store is damaged" if report.problems else "no damage found",
+            file=sys.stderr if report.problems else sys.stdout,
+        )
+    return 0 if report.ok else 1
 
 
 def _run_export(args: argparse.Namespace) -> int:

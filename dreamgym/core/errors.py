@@ -113,3 +113,8 @@ class StoreLockedError(StoreError):
 
 class StoreFullError(StoreError):
     """The disk holding the store is full; the failed write committed nothing."""
+
+
+class StoreCorruptError(StoreError):
+    """The store's files are damaged: LMDB found a bad page, or a record failed its checksum.
+    ``dreamgym replay check`` lists every damaged part."""

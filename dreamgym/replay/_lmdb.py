@@ -28,7 +28,7 @@ from typing import TypeVar
 
 import lmdb
 
-from dreamgym.core.errors import StoreError, StoreFullError, StoreLockedError
+from dreamgym.core.errors import StoreCorruptError, StoreError, StoreFullError, StoreLockedError
 
 T = TypeVar("T")
 
@@ -150,6 +150,8 @@ class LmdbEnv:
                     return fn(txn)
             except lmdb.MapResizedError:
                 self._adopt_map_size()
+            except _CORRUPTION as exc:
+                raise self._corrupt(exc) from exc
 
     def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
         """Run ``fn`` in one write transaction and commit it, growing the map as needed.
@@ -170,6 +172,8 @@ class LmdbEnv:
                 self._grow()
             except lmdb.MapResizedError:
                 self._adopt_map_size()
+            except _CORRUPTION as exc:
+                raise self._corrupt(exc) from exc
             except lmdb.Error as exc:
                 if self._disk_is_full(exc):
                     raise StoreFullError(
@@ -177,6 +181,11 @@ class LmdbEnv:
                         "free space and retry: nothing of this write was committed"
                     ) from exc
                 raise StoreError(f"write to the store at {self.path} failed: {exc}") from exc
+
+    def _corrupt(self, exc: lmdb.Error) -> StoreCorruptError:
+        return StoreCorruptError(
+            f"the store at {self.path} is damaged ({exc}); run `dreamgym replay check {self.path}` to see where"
+        )
 
     def _disk_is_full(self, exc: lmdb.Error) -> bool:
         return _disk_full(self.path, exc)
@@ -206,6 +215,10 @@ class LmdbEnv:
 
 
 WRITER_LOCK = "writer.lock"
+
+
+_CORRUPTION = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)
+"""What LMDB raises on damaged pages (a broken branch, a leaf header, a page number past the file)."""
 
 
 def _take_writer_lock(path: Path) -> int:

@@ -26,15 +26,25 @@ _ORDER = (("tasks", Task), ("steps", Step), ("episodes", Episode))
 
 
 async def export_jsonl(store: LmdbReplayStore, path: str | Path) -> int:
-    """Write every task, step and episode to ``path``; returns the number of lines."""
+    """Write every task, step and episode to ``path``; returns the number of lines.
+
+    The file appears at ``path`` only once it is complete (it is written beside it first), so an
+    export that fails on a damaged store leaves nothing behind.
+    """
 
     def write() -> int:
         lines = 0
-        with Path(path).open("wb") as out:
-            for db, _ in _ORDER:
-                for _, value in store.iter_records(db):
-                    out.write(record_to_json(_decode(db, value)) + b"\n")
-                    lines += 1
+        target = Path(path)
+        partial = target.with_name(target.name + ".partial")
+        try:
+            with partial.open("wb") as out:
+                for db, _ in _ORDER:
+                    for _, value in store.iter_records(db):
+                        out.write(record_to_json(_decode(db, value)) + b"\n")
+                        lines += 1
+            partial.replace(target)  # a failed export leaves no file that looks whole
+        finally:
+            partial.unlink(missing_ok=True)
         return lines
 
     return await anyio.to_thread.run_sync(write)

@@ -36,6 +36,7 @@ import itertools
 import logging
 import os
 import signal
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ from dreamgym.core.errors import (
     EmbedderMismatchError,
     RecordFormatError,
     StoreClosedError,
+    StoreCorruptError,
     StoreError,
 )
 from dreamgym.core.protocols import Embedder, Neighbour
@@ -67,7 +69,13 @@ __all__ = ["LmdbReplayStore", "StoreStats"]
 
 log = logging.getLogger(__name__)
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2
+"""1: records as MessagePack. 2: each step, episode and task record is its MessagePack followed by
+the CRC-32 of it (4 bytes, big-endian), checked on every read (LMDB keeps no checksums of its own:
+bytes overwritten in a record read back as plausible wrong data). A store keeps the format it was
+created with; format-1 stores are read and written as they are."""
+
+_SEALED_DBS = frozenset({"steps", "episodes", "tasks"})
 """Version of the key layout above. Bump it, with a migration, when it changes."""
 
 _SOURCE_BYTE = {"real": b"r", "synthetic": b"s"}
@@ -162,6 +170,7 @@ class LmdbReplayStore:
         self._closed = False
         self._next_seq = 1  # until the writer starts and owns it
         self._embedded_upto = 0
+        self._sealed = True
         self._instructions: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -225,6 +234,7 @@ class LmdbReplayStore:
 
         meta = env.read(read)
         store_format = _int(meta["store_format"])
+        self._sealed = (store_format or STORE_FORMAT) >= 2
         if store_format > STORE_FORMAT:
             raise StoreError(
                 f"the store at {self.path} has format {store_format}; this dreamgym reads up to "
@@ -309,8 +319,8 @@ class LmdbReplayStore:
         self._require_writable()
         if not steps and not episodes:
             return []
-        encoded = [encode_record(step) for step in steps]
-        summaries = [(episode.episode_id.encode(), encode_record(episode)) for episode in episodes]
+        encoded = [self._seal(encode_record(step)) for step in steps]
+        summaries = [(episode.episode_id.encode(), self._seal(encode_record(episode))) for episode in episodes]
         for step in steps:
             _check_ids(step)
         env = self._require_env()
@@ -357,22 +367,22 @@ class LmdbReplayStore:
             instructions.clear()
             for record in records():
                 if isinstance(record, Task):
-                    txn.put(record.task_id.encode(), encode_record(record), db=env.db("tasks"))
+                    txn.put(record.task_id.encode(), self._seal(encode_record(record)), db=env.db("tasks"))
                     instructions[record.task_id] = record.instruction
                     found["task"] += 1
                 elif isinstance(record, Episode):
-                    txn.put(record.episode_id.encode(), encode_record(record), db=env.db("episodes"))
+                    txn.put(record.episode_id.encode(), self._seal(encode_record(record)), db=env.db("episodes"))
                     found["episode"] += 1
                 elif isinstance(record, Step):
                     _check_ids(record)
                     indices = stored.get(record.episode_id)
                     if indices is None:
-                        indices = stored[record.episode_id] = _stored_indices(txn, env, record.episode_id)
+                        indices = stored[record.episode_id] = self._stored_indices(txn, record.episode_id)
                     if record.step_index in indices:
                         found["skipped"] += 1
                         continue
                     indices.add(record.step_index)
-                    _put_step(txn, env, alloc, record, encode_record(record), counts)
+                    _put_step(txn, env, alloc, record, self._seal(encode_record(record)), counts)
                     found["step"] += 1
                 else:
                     raise RecordFormatError(f"a {type(record).__name__} cannot be added to a store on its own")
@@ -385,14 +395,57 @@ class LmdbReplayStore:
             self._work.set()
         return found
 
+    @property
+    def checksummed(self) -> bool:
+        """Whether this store's records carry checksums (:data:`STORE_FORMAT` 2 on)."""
+        return self._sealed
+
+    def _seal(self, data: bytes) -> bytes:
+        """A record as stored: with its checksum from store format 2 on."""
+        return data + zlib.crc32(data).to_bytes(4, "big") if self._sealed else data
+
+    def _unseal(self, data: Bytes, db: str, key: bytes) -> bytes:
+        """A stored record's MessagePack, its checksum checked (format 2 on).
+
+        Raises:
+            StoreCorruptError: The record's bytes are not the ones written.
+        """
+        data = bytes(data)
+        if not self._sealed:
+            return data
+        payload, checksum = data[:-4], data[-4:]
+        if len(data) < 4 or zlib.crc32(payload).to_bytes(4, "big") != checksum:
+            shown = str(_seq(key)) if db == "steps" else bytes(key).decode(errors="replace")
+            raise StoreCorruptError(
+                f"the {db} record {shown} of the store at {self.path} fails its checksum: the file is damaged "
+                f"there; run `dreamgym replay check {self.path}`"
+            )
+        return payload
+
+    def _stored_indices(self, txn: lmdb.Transaction, episode_id: str) -> set[int]:
+        """The step indices an episode already has in the store."""
+        env = self._require_env()
+        prefix = episode_id.encode() + b"\0"
+        steps = env.db("steps")
+        indices: set[int] = set()
+        cursor = txn.cursor(db=env.db("by_episode"))
+        if cursor.set_range(prefix):
+            for key in cursor.iternext(keys=True, values=False):
+                if not bytes(key).startswith(prefix):
+                    break
+                data = txn.get(bytes(key)[-8:], db=steps)
+                if data is not None:
+                    indices.add(decode_record(self._unseal(data, "steps", bytes(key)[-8:]), Step).step_index)
+        return indices
+
     async def put_task(self, task: Task) -> None:
         """Store (or replace) a task."""
-        await self._put_keyed("tasks", task.task_id, encode_record(task))
+        await self._put_keyed("tasks", task.task_id, self._seal(encode_record(task)))
         self._instructions[task.task_id] = task.instruction
 
     async def put_episode(self, episode: Episode) -> None:
         """Store (or replace) an episode summary."""
-        await self._put_keyed("episodes", episode.episode_id, encode_record(episode))
+        await self._put_keyed("episodes", episode.episode_id, self._seal(encode_record(episode)))
 
     async def put_cached(self, key: bytes, value: bytes) -> None:
         """Store a model-call answer in the ``cache`` database (see ``dreamgym.simulator``)."""
@@ -442,7 +495,7 @@ class LmdbReplayStore:
                 data = txn.get(_key(seq), db=env.db("steps"))
                 if data is None:
                     raise KeyError(f"no step with sequence number {seq}")
-                out.append(decode_record(data, Step))
+                out.append(decode_record(self._unseal(data, "steps", _key(seq)), Step))
             return out
 
         return await anyio.to_thread.run_sync(env.read, read)
@@ -489,7 +542,7 @@ class LmdbReplayStore:
 
         def read(txn: lmdb.Transaction) -> Any:
             data = txn.get(key.encode(), db=env.db(db))
-            return None if data is None else decode_record(data, kind)
+            return None if data is None else decode_record(self._unseal(data, db, key.encode()), kind)
 
         return await anyio.to_thread.run_sync(env.read, read)
 
@@ -507,6 +560,8 @@ class LmdbReplayStore:
                 if not cursor.set_range(position):
                     return []
                 rows: list[tuple[bytes, bytes]] = list(itertools.islice(cursor, batch))  # type: ignore[arg-type]
+                if db in _SEALED_DBS:
+                    return [(key, self._unseal(value, db, key)) for key, value in rows]
                 return rows
 
             rows = env.read(read)
@@ -729,22 +784,6 @@ def _bump_counts(txn: lmdb.Transaction, env: LmdbEnv, counts: dict[str, int]) ->
     for source, n in counts.items():
         if n:
             _bump(txn, env, f"count/{source}", n)
-
-
-def _stored_indices(txn: lmdb.Transaction, env: LmdbEnv, episode_id: str) -> set[int]:
-    """The step indices an episode already has in the store."""
-    prefix = episode_id.encode() + b"\0"
-    steps = env.db("steps")
-    indices: set[int] = set()
-    cursor = txn.cursor(db=env.db("by_episode"))
-    if cursor.set_range(prefix):
-        for key in cursor.iternext(keys=True, values=False):
-            if not bytes(key).startswith(prefix):
-                break
-            data = txn.get(bytes(key)[-8:], db=steps)
-            if data is not None:
-                indices.add(decode_record(data, Step).step_index)
-    return indices
 
 
 def _episode_gaps(txn: lmdb.Transaction, env: LmdbEnv) -> tuple[int, int]:
