@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +41,24 @@ def add_sim_commands(commands: Any) -> None:
 
     evaluate = sub.add_parser("eval", help="one-step fidelity on real transitions, beside two baselines")
     evaluate.add_argument("store", type=Path, nargs="?", default=None,
-                          help="store the simulator retrieves from (default: the offline default's)")  # fmt: skip
-    evaluate.add_argument("--held-out", type=Path, default=None,
-                          help="real transitions to predict (default: the default's held-out seeds)")  # fmt: skip
+                          help="store the simulator retrieves from (with --model default: the default's)")  # fmt: skip
+    evaluate.add_argument("--steps", type=Path, default=None,
+                          help="store of the real steps to predict (needed unless both store and model are the "
+                               "default's, whose held-out seeds it then uses)")  # fmt: skip
+    evaluate.add_argument("--held-out", action="append", default=[], metavar="TASK[:SEED]",
+                          help="also keep a (task, seed) out of retrieval, as in validate; repeatable")  # fmt: skip
     evaluate.add_argument("--model", default="default", help="local model directory, or 'default'")
     evaluate.add_argument("--limit", type=int, default=0, help="evaluate at most this many steps (0: all)")
     evaluate.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     evaluate.set_defaults(run=_run_eval)
+
+
+def _real_steps(store: Any) -> list[Any]:
+    """Every real step of a store, in commit order."""
+    from dreamgym.core.types import Step, decode_record
+
+    steps = [decode_record(data, Step) for _, data in store.iter_records("steps")]
+    return [step for step in steps if step.source == "real"]
 
 
 def _hold_outs(values: list[str]) -> list[tuple[str, int | None]]:
@@ -126,23 +139,39 @@ def _run_eval(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.cli import _open_store
-    from dreamgym.core.types import Step, decode_record
+    from dreamgym.core.errors import UsageError
     from dreamgym.sim_default import default_model_dir, default_store_dir, ensure_held_out
     from dreamgym.simulator import load_experience_model, one_step_fidelity, read_metadata
 
+    for value in args.held_out:
+        if Path(value).is_dir():
+            raise UsageError(
+                f"--held-out {value}: give TASK[:SEED] pairs here; the store of steps to predict is --steps"
+            )
+    chosen = _hold_outs(args.held_out)
+    defaults = args.model == "default" and args.store is None
+    if args.steps is None and not defaults:
+        raise UsageError("give --steps STORE, the real steps to predict (only the offline default has its own)")
     model_dir = default_model_dir() if args.model == "default" else Path(args.model)
+    if not model_dir.is_dir():
+        raise UsageError(f"--model {args.model}: no model directory at {model_dir}")
+    if args.store is None and args.model != "default":
+        raise UsageError("give the STORE the simulator retrieves from (only the offline default has its own)")
     args.store = args.store or default_store_dir()
-    args.held_out = args.held_out or anyio.run(ensure_held_out)
+    if args.steps is None:
+        args.steps = anyio.run(ensure_held_out)
+        print(f"predicting the offline default's held-out steps ({args.steps})", file=sys.stderr)
     meta = read_metadata(model_dir)
-    held_out = [(task, seed) for task, seed in meta.get("held_out", [])]
+    held_out = [*chosen, *((task, seed) for task, seed in meta.get("held_out", []))]
 
     async def go() -> dict[str, Any]:
-        async with (
-            _open_store(args.store, readonly=True) as store,
-            _open_store(args.held_out, readonly=True) as real,
-        ):
-            steps = [decode_record(data, Step) for _, data in real.iter_records("steps")]
-            steps = [s for s in steps if s.source == "real"]
+        async with AsyncExitStack() as stack:
+            store = await stack.enter_async_context(_open_store(args.store, readonly=True))
+            same = args.steps.resolve() == args.store.resolve()
+            real = store if same else await stack.enter_async_context(_open_store(args.steps, readonly=True))
+            steps = await anyio.to_thread.run_sync(_real_steps, real)
+            if not steps:
+                raise UsageError(f"--steps {args.steps} holds no real steps to predict")
             if args.limit:
                 keep = {s.episode_id for s in steps[: args.limit]}
                 steps = [s for s in steps if s.episode_id in keep]
@@ -158,7 +187,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"one-step fidelity on {args.held_out} (model {model_dir.name})")
+    table = Table(title=f"one-step fidelity on {args.steps} (model {model_dir.name})")
     columns = ("reward_accuracy", "done_accuracy", "exact_match", "similarity", "f1", "hallucination_rate")
     for column in ("", "n", *columns, "failures", "s/step"):
         table.add_column(column)

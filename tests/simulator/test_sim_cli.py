@@ -27,6 +27,7 @@ def make_stores(root: Path) -> tuple[Path, Path]:
     return root / "train", root / "held"
 
 
+@pytest.mark.timeout(300)
 def test_sim_train_then_eval_beside_the_baselines(tmp_path: Path) -> None:
     train, held = make_stores(tmp_path)
     out = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "model"), "--max-steps", "2",
@@ -34,15 +35,38 @@ def test_sim_train_then_eval_beside_the_baselines(tmp_path: Path) -> None:
     assert "on 12 examples" in out and "experience/v1:h1:k2:direct:diff" in out
     meta = read_metadata(tmp_path / "model")
     assert meta["held_out"] == [["toy/form", 3]] and meta["trained_with_reasoning"] is False
-    lines = dreamgym("sim", "eval", str(train), "--held-out", str(held), "--model", str(tmp_path / "model"),
+    lines = dreamgym("sim", "eval", str(train), "--steps", str(held), "--model", str(tmp_path / "model"),
                      "--json").stdout.splitlines()  # fmt: skip
     rows = {row["name"]: row for row in map(json.loads, lines)}
     assert set(rows) == {"model", "copy_top_retrieved", "unchanged"}
     assert all(row["n"] == 8 for row in rows.values())
     # The toy page changes only when typing: "unchanged" is right on every Submit page, wrong on every typed one.
     assert rows["unchanged"]["exact_match"] == 0.5 and rows["unchanged"]["done_accuracy"] == 0.5
-    assert "one-step fidelity" in dreamgym("sim", "eval", str(train), "--held-out", str(held), "--model",
+    assert "one-step fidelity" in dreamgym("sim", "eval", str(train), "--steps", str(held), "--model",
                                            str(tmp_path / "model"), "--limit", "2").stdout  # fmt: skip
+    # the same store twice is opened once and shared (LMDB refuses a second open in one process)
+    same = dreamgym("sim", "eval", str(train), "--steps", str(train), "--model", str(tmp_path / "model"), "--json",
+                    "--held-out", "toy/form:0", "--limit", "1")  # fmt: skip
+    assert {json.loads(line)["name"] for line in same.stdout.splitlines()} == set(rows)
+    _eval_takes_its_steps_only_from_what_it_is_given(tmp_path, train, held, str(tmp_path / "model"))
+
+
+def _eval_takes_its_steps_only_from_what_it_is_given(tmp_path: Path, train: Path, held: Path, model: str) -> None:
+    async def empty() -> None:
+        async with open_store(tmp_path / "empty") as store:
+            await store.put_task(toy_form.TASK)
+
+    anyio.run(empty)
+    for argv, says in (
+        ((str(train), "--model", model), "give --steps STORE"),
+        (("--model", model, "--steps", str(held)), "give the STORE the simulator retrieves from"),
+        ((str(train), "--model", model, "--held-out", str(held)), "the store of steps to predict is --steps"),
+        ((str(train), "--model", model, "--steps", str(tmp_path / "empty")), "holds no real steps"),
+        ((str(train), "--model", str(tmp_path / "nope"), "--steps", str(held)), "no model directory"),
+    ):
+        result = dreamgym("sim", "eval", *argv, check=False)
+        assert result.returncode == 2, (argv, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and says in result.stderr, result.stderr
 
 
 def test_sim_train_refuses_a_missing_base(tmp_path: Path) -> None:
