@@ -189,11 +189,11 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     table = Table(title=f"one-step fidelity on {args.steps} (model {model_dir.name})")
     columns = ("reward_accuracy", "done_accuracy", "exact_match", "similarity", "f1", "hallucination_rate")
-    for column in ("", "n", *columns, "failures", "s/step"):
+    for column in ("", "n", *columns, "failures", "salvaged", "s/step"):
         table.add_column(column)
     for summary in results.values():
         row = summary.as_dict()
         table.add_row(summary.name, str(summary.n), *(f"{row[c]:.3f}" for c in columns), str(summary.failures),
-                      f"{summary.seconds_per_step:.3f}")  # fmt: skip
+                      str(summary.salvaged), f"{summary.seconds_per_step:.3f}")  # fmt: skip
     Console().print(table)
     return 0

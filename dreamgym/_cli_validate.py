@@ -139,16 +139,17 @@ def _print(report: Any) -> None:
 
     console = Console()
     table = Table(title=f"one step on {report.steps} real steps ({report.episodes} episodes, {report.tasks} tasks)")
-    columns = ("reward_accuracy", "done_accuracy", "similarity", "f1", "hallucination_rate", "failures")
+    columns = ("reward_accuracy", "done_accuracy", "similarity", "f1", "hallucination_rate", "failures", "salvaged")
     rows = {**report.one_step, **{k: v for k, v in report.ablations.items() if k != "full"}}
-    for column in ("", "n", "reward", "done", "similarity", "F1", "hallucination", "unusable"):
+    for column in ("", "n", "reward", "done", "similarity", "F1", "hallucination", "unusable", "salvaged"):
         table.add_column(column)
     for name, summary in rows.items():
         if isinstance(summary, str):
             table.add_row(name, "n/a", *("" for _ in columns))
             continue
         row = summary.as_dict()
-        table.add_row(name, str(summary.n), *(f"{row[c]:.3f}" if c != "failures" else str(row[c]) for c in columns))
+        table.add_row(name, str(summary.n), *(str(row[c]) if c in ("failures", "salvaged") else f"{row[c]:.3f}"
+                                              for c in columns))  # fmt: skip
     console.print(table)
     if report.open_loop:
         drift = Table(title="open loop: similarity (F1) after k simulated steps")

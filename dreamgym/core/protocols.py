@@ -110,6 +110,9 @@ class Prediction:
     template_id: str = ""
     raw: str = ""
     """The model's raw output, kept for debugging and fidelity reports."""
+    salvaged: bool = False
+    """Every attempt's answer was malformed and this one was kept in part (its placeable diff lines):
+    a worse prediction than a clean one, which fidelity reports count and score apart."""
 
 
 @runtime_checkable

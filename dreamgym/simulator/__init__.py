@@ -38,6 +38,7 @@ from dreamgym.simulator._fidelity import (
     score_step,
     summarise_scores,
     teacher_forced_queries,
+    without_salvaged,
 )
 from dreamgym.simulator._load import load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
@@ -107,4 +108,5 @@ __all__ = [
     "train_experience_model",
     "variation_messages",
     "weights_digest",
+    "without_salvaged",
 ]

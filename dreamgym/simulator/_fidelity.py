@@ -67,6 +67,7 @@ __all__ = [
     "score_step",
     "summarise_scores",
     "teacher_forced_queries",
+    "without_salvaged",
 ]
 
 BASELINES = ("copy_top_retrieved", "unchanged")
@@ -86,6 +87,8 @@ class StepScore:
     f1: float
     hallucination: float
     failed: bool = False
+    salvaged: bool = False
+    """The model's answer was salvaged (kept in part after every attempt was malformed)."""
 
 
 FAILED = StepScore(
@@ -140,6 +143,8 @@ class FidelitySummary:
     hallucination_rate: float
     failures: int
     seconds_per_step: float = 0.0
+    salvaged: int = 0
+    """Steps whose prediction was a salvaged answer (scored as it is; see ``without_salvaged``)."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -163,6 +168,7 @@ def summarise_scores(name: str, scores: Sequence[StepScore], seconds: float = 0.
         f1=mean([s.f1 for s in scores]),
         hallucination_rate=mean([s.hallucination for s in scores if not s.failed]),
         failures=sum(s.failed for s in scores),
+        salvaged=sum(s.salvaged for s in scores),
         seconds_per_step=round(seconds / len(scores), 4) if scores else 0.0,
     )
 
@@ -180,7 +186,8 @@ async def one_step_fidelity(
 
     ``steps`` should be whole episodes (the history of a step is the steps of
     its episode before it). Returns summaries keyed ``model``,
-    ``copy_top_retrieved`` and ``unchanged``.
+    ``copy_top_retrieved`` and ``unchanged``, and ``model_without_salvaged``
+    when some of the model's answers were salvaged.
     """
     queries = await teacher_forced_queries(
         steps, store=store, neighbours=neighbours, exclude_task_seeds=exclude_task_seeds
@@ -192,6 +199,8 @@ async def one_step_fidelity(
         made = await predict_steps(predictor, queries, concurrency=concurrency)
         scores = [score_step(step, prediction) for (step, _), prediction in zip(queries, made.predictions, strict=True)]
         results[name] = summarise_scores(name, scores, made.seconds if name == "model" else 0.0)
+        if (clean := without_salvaged(results[name], scores)) is not None:
+            results[clean.name] = clean
     return results
 
 
@@ -287,7 +296,16 @@ def score_step(real: Step, prediction: Prediction | None) -> StepScore:
     """:func:`score_prediction` of a model's prediction; no prediction scores zero everywhere (``failed``)."""
     if prediction is None:
         return FAILED
-    return score_prediction(real, prediction.observation.state, prediction.reward, prediction.terminated)
+    score = score_prediction(real, prediction.observation.state, prediction.reward, prediction.terminated)
+    return replace(score, salvaged=True) if prediction.salvaged else score
+
+
+def without_salvaged(summary: FidelitySummary, scores: Sequence[StepScore]) -> FidelitySummary | None:
+    """The same figures over the steps whose prediction was not salvaged, named ``<name>_without_salvaged``;
+    ``None`` when nothing was salvaged (the figures would be the same)."""
+    if not summary.salvaged:
+        return None
+    return summarise_scores(f"{summary.name}_without_salvaged", [s for s in scores if not s.salvaged])
 
 
 class UnchangedPage:

@@ -169,11 +169,13 @@ class LLMExperienceModel:
                 except ModelOutputError:
                     continue
                 self.stats.salvaged_answers += 1
-                return self._prediction(answer, current, text)
+                return self._prediction(answer, current, text, salvaged=True)
         self.stats.failed_predictions += 1
         raise ModelOutputError(f"{self.model_id} gave no usable answer in {len(errors)} attempts: {'; '.join(errors)}")
 
-    def _prediction(self, answer: ParsedAnswer, current: Observation, raw: str) -> Prediction:
+    def _prediction(
+        self, answer: ParsedAnswer, current: Observation, raw: str, *, salvaged: bool = False
+    ) -> Prediction:
         observation = Observation(
             state=answer.state.render(),
             url=current.url,
@@ -190,6 +192,7 @@ class LLMExperienceModel:
             model_id=self.model_id,
             template_id=self.template_id,
             raw=raw,
+            salvaged=salvaged,
         )
 
     async def predict_initial(self, task: Task, *, seed: int | None = None) -> Observation:

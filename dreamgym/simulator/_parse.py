@@ -138,6 +138,8 @@ def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[S
         except StateFormatError:
             continue
         placed.append(line)
+    if not placed:  # nothing of it stands: not an unchanged page with the answer's reward
+        raise ModelOutputError("none of the <diff>'s lines can be placed on the current page")
     return apply_diff(base, "\n".join(placed), strict=False), len(lines) - len(placed)
 
 

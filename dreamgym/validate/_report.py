@@ -128,6 +128,7 @@ def _summary_rows(columns: Mapping[str, FidelitySummary | str]) -> list[list[obj
         row("n", "n"),
         *(row(label, key) for key, label in _METRICS),
         row("unusable answers", "failures"),
+        row("salvaged answers", "salvaged"),
         row("seconds per step", "seconds_per_step"),
     ]
 

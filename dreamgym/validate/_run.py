@@ -38,6 +38,7 @@ from dreamgym.simulator import (
     predict_steps,
     summarise_scores,
     teacher_forced_queries,
+    without_salvaged,
 )
 from dreamgym.validate._judge import JudgeSummary, judge_episodes
 from dreamgym.validate._open_loop import DriftPoint, open_loop_drift
@@ -274,6 +275,8 @@ async def validate(
         made = await predict_steps(predictor, queries, concurrency=config.concurrency)
         outcomes[name] = outcomes_of(ordered, made.predictions, made.errors)
         one_step[name] = summarise_scores(name, [o.score for o in outcomes[name]], made.seconds)
+        if (clean := without_salvaged(one_step[name], [o.score for o in outcomes[name]])) is not None:
+            one_step[clean.name] = clean  # the figures without the salvaged answers, beside them
         log.info("one step, %s: %d steps in %.1f s", name, len(ordered), made.seconds)
     ablation_rows: dict[str, AblationRow] = {}
     if ablations:

@@ -217,6 +217,12 @@ def test_a_diff_that_does_not_apply_is_salvaged_only_when_asked() -> None:
         parse_answer(answer.replace("<reward>1</reward>", ""), CURRENT, salvage=True)
 
 
+def test_a_garbled_diff_is_not_salvaged_into_an_unchanged_page_with_its_reward() -> None:
+    answer = '<diff>\n+     [e9] link "Too deep"\n- [e77] nothing\n</diff><reward>1</reward><done>yes</done>'
+    with pytest.raises(ModelOutputError, match="none of the <diff>'s lines can be placed"):
+        parse_answer(answer, CURRENT, salvage=True)
+
+
 @given(st.text(max_size=300))
 def test_salvaging_parser_never_raises_anything_but_model_output_errors(text: str) -> None:
     with contextlib.suppress(ModelOutputError):
