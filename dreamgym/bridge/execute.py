@@ -73,8 +73,13 @@ async def execute_action(action: Action, tabs: Tabs, refs: RefMap, *, timeout_ms
 
 
 def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    """Playwright's first line, and its reason where its log names one (the element that intercepts
+    pointer events, say), which the first line alone ("Timeout 5000ms exceeded") leaves out."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not text:
+        return type(exc).__name__
+    reasons = [line.lstrip("- ") for line in text[1:] if "intercepts pointer events" in line or "not " in line]
+    return text[0] + (f" ({reasons[-1]})" if reasons else "")
 
 
 async def _on_element(action: Action, tabs: Tabs, refs: RefMap, act: Callable[[Locator], Awaitable[object]]) -> str:
@@ -87,8 +92,36 @@ async def _on_element(action: Action, tabs: Tabs, refs: RefMap, act: Callable[[L
     return ""
 
 
+_COVER = """(element) => {
+    const box = element.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0) return null;
+    const x = box.left + box.width / 2, y = box.top + box.height / 2;
+    const hit = element.ownerDocument.elementFromPoint(x, y);
+    if (!hit || hit === element || element.contains(hit) || hit.contains(element)) return null;
+    if (element.labels && Array.from(element.labels).some((label) => label.contains(hit))) return null;
+    const role = hit.getAttribute('role') || hit.tagName.toLowerCase();
+    const name = (hit.getAttribute('aria-label') || hit.innerText || hit.value || '').trim().split('\\n')[0];
+    return name ? `${role} "${name.slice(0, 60)}"` : role;
+}"""
+"""The element at the target's centre when it is another one (what a click there would hit), or null."""
+
+
 async def _click(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
-    return await _on_element(action, tabs, refs, lambda target: target.click(timeout=timeout))
+    async def click(target: Locator) -> None:
+        await target.scroll_into_view_if_needed(timeout=timeout)
+        cover = await target.evaluate(_COVER)
+        if cover:  # a click at its centre would land on another element: fail now, naming it
+            raise _Covered(f"the element is covered by {cover} at its centre; act on that, or uncover it first")
+        await target.click(timeout=timeout)
+
+    try:
+        return await _on_element(action, tabs, refs, click)
+    except _Covered as exc:
+        return f"{action} failed: {exc}"
+
+
+class _Covered(Exception):
+    """A click's target is under another element."""
 
 
 async def _hover(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:

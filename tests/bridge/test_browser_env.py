@@ -235,3 +235,23 @@ async def test_downloads_are_refused_without_harm(pool: BrowserPool, site_url: s
     assert not result.truncated and result.observation.url == f"{site_url}/index.html"
     assert (await env.step(parse_action("scroll [down]"))).observation.tabs == ("Test shop",)
     await env.aclose()
+
+
+async def test_a_covered_element_fails_at_once_naming_what_covers_it(pool: BrowserPool, site_url: str) -> None:
+    """The action timeout is long: a click that waited for the covered button to become clickable
+    would hang past the guard instead of answering."""
+    env = BrowserEnv(pool, config=EnvConfig(action_timeout_s=100, step_deadline_s=200))
+    task = Task(task_id="test/covered", instruction="Click Under.", benchmark="generic",
+                start_url=f"{site_url}/covered.html")  # fmt: skip
+    obs = await env.reset(task, seed=0)
+    with anyio.fail_after(30):
+        result = await env.step(parse_action(f"click [{find(obs, 'button', 'Under')}]"))
+    assert 'covered by button "Top"' in result.observation.last_action_error
+    assert "nothing clicked" in result.observation.state
+    result = await env.step(parse_action(f"click [{find(obs, 'button', 'Top')}]"))
+    assert result.observation.last_action_error == "" and "top clicked" in result.observation.state
+    result = await env.step(
+        parse_action(f"click [{find(obs, 'button', 'Free')}]")
+    )  # under a pointer-events: none layer
+    assert result.observation.last_action_error == "" and "free clicked" in result.observation.state
+    await env.aclose()
