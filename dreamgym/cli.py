@@ -108,11 +108,11 @@ def _embedder(name: str | None) -> Any:
 
 
 def _open_store(path: Path, **kwargs: Any) -> Any:
-    from dreamgym.core.errors import StoreError
+    from dreamgym.core.errors import StorePathError
     from dreamgym.replay import LmdbReplayStore
 
     if kwargs.get("readonly") and not (path / "data.mdb").exists():
-        raise StoreError(f"no store at {path}")
+        raise StorePathError(f"no store at {path}")
     return LmdbReplayStore(path, **kwargs)
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from helpers import dreamgym, make_step
 
 from dreamgym.core import Episode, Task
@@ -54,8 +57,13 @@ def test_replay_stats_export_import_and_reindex(tmp_path: Path) -> None:
 
 def test_cli_errors_are_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
     result = dreamgym("replay", "stats", str(tmp_path / "missing"), check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2  # a user's mistake
     assert result.stderr.strip().startswith("dreamgym: error: no store at")
+    (tmp_path / "a-file").write_text("not a store")
+    result = dreamgym("collect", "--store", str(tmp_path / "a-file"), "--tasks", "click-test", "--seeds", "0",
+                      check=False)  # fmt: skip
+    assert result.returncode == 2 and result.stderr.strip().endswith("is a file, not a store directory")
+    assert (tmp_path / "a-file").read_text() == "not a store"
     (tmp_path / "bad.jsonl").write_text("not json\n")
     result = dreamgym("replay", "import", str(tmp_path / "s"), str(tmp_path / "bad.jsonl"), check=False)
     assert result.returncode == 1 and "bad.jsonl:1" in result.stderr
@@ -164,3 +172,21 @@ def test_collect_again_skips_the_groups_the_store_holds_unless_told_again(tmp_pa
     assert episodes() == 6
     dreamgym(*argv, "--seeds", "0", "--group-size", "2", "--again")
     assert episodes() == 8
+
+
+def test_a_store_whose_files_cannot_be_written_is_still_read(tmp_path: Path) -> None:
+    """A read-only copy: LMDB's readers normally write to lock.mdb. ``chattr +i`` makes the file
+    unwritable even to root (skipped where the filesystem or the container does not allow it)."""
+    store = tmp_path / "store"
+    _make_store(store)
+    lock = store / "lock.mdb"
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(lock)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here")
+    try:
+        stats = json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)
+        assert stats["steps"] == {"real": 5, "synthetic": 1}
+        assert dreamgym("replay", "check", str(store)).returncode == 0
+        dreamgym("replay", "export", str(store), "-o", str(tmp_path / "out.jsonl"))
+        assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 7
+    finally:
+        subprocess.run(["chattr", "-i", str(lock)], check=True)

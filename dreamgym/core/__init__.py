@@ -36,6 +36,7 @@ from dreamgym.core.errors import (
     StoreError,
     StoreFullError,
     StoreLockedError,
+    StorePathError,
     UsageError,
 )
 from dreamgym.core.protocols import (
@@ -134,6 +135,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreLockedError",
+    "StorePathError",
     "Task",
     "TextBackend",
     "ThreadBatcher",

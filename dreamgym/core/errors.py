@@ -115,6 +115,11 @@ class StoreFullError(StoreError):
     """The disk holding the store is full; the failed write committed nothing."""
 
 
+class StorePathError(StoreError, UsageError):
+    """The store's path cannot be a store: a file is there, there is none to read, or it cannot be
+    created (a user's mistake: the command line exits 2)."""
+
+
 class StoreCorruptError(StoreError):
     """The store's files are damaged: LMDB found a bad page, or a record failed its checksum.
     ``dreamgym replay check`` lists every damaged part."""

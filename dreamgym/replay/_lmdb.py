@@ -28,7 +28,7 @@ from typing import TypeVar
 
 import lmdb
 
-from dreamgym.core.errors import StoreCorruptError, StoreError, StoreFullError, StoreLockedError
+from dreamgym.core.errors import StoreCorruptError, StoreError, StoreFullError, StoreLockedError, StorePathError
 
 T = TypeVar("T")
 
@@ -107,10 +107,15 @@ class LmdbEnv:
 
     def _open(self, *, readonly: bool, map_size: int, sync: bool) -> lmdb.Environment:
         if readonly and not (self.path / "data.mdb").exists():
-            raise StoreError(f"no store at {self.path} (data.mdb is missing)")
+            raise StorePathError(f"no store at {self.path} (data.mdb is missing)")
+        lock = not (readonly and _read_only_files(self.path))
+        if not lock:
+            log.debug("%s: its files are read-only, so no process writes to it; reading without LMDB's lock file",
+                     self.path)  # fmt: skip
         try:
             return lmdb.open(
                 str(self.path),
+                lock=lock,
                 # A reader maps what the writer recorded and follows its growth
                 # through MapResizedError; asking for more would only hide that path.
                 map_size=1 << 16 if readonly else map_size,
@@ -221,6 +226,13 @@ _CORRUPTION = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError)
 """What LMDB raises on damaged pages (a broken branch, a leaf header, a page number past the file)."""
 
 
+def _read_only_files(path: Path) -> bool:
+    """Whether this process cannot write the store's lock file (a read-only copy, a read-only mount):
+    LMDB's readers need to, unless they open without it, which is safe when nothing can write."""
+    lock = path / "lock.mdb"
+    return not os.access(lock if lock.exists() else path, os.W_OK)
+
+
 def _take_writer_lock(path: Path) -> int:
     """Create the store's directory if needed and hold its writer lock; the locked descriptor.
 
@@ -232,9 +244,9 @@ def _take_writer_lock(path: Path) -> int:
         path.mkdir(parents=True, exist_ok=True)
         fd = os.open(path / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except FileExistsError as exc:
-        raise StoreError(f"the store path {path} is a file, not a store directory") from exc
+        raise StorePathError(f"the store path {path} is a file, not a store directory") from exc
     except OSError as exc:
-        raise StoreError(f"cannot open the store at {path} for writing: {exc.strerror or exc}") from exc
+        raise StorePathError(f"cannot open the store at {path} for writing: {exc.strerror or exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
