@@ -34,7 +34,7 @@ def add_run_commands(commands: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", type=Path, required=True, help="replay store (created if missing)")
-    parser.add_argument("--tasks", default="demo", help="comma-separated MiniWoB++ task names, or 'demo', 'all'")
+    parser.add_argument("--tasks", default="demo", help=TASKS_HELP)
     parser.add_argument("--seeds", default="0-3", help="seeds, e.g. '0-9' or '1,5,7'; one group per (task, seed)")
     parser.add_argument("--group-size", type=int, default=1, help="episodes per group (G)")
     parser.add_argument("--policy", choices=POLICIES, default="demonstrator")
@@ -67,23 +67,47 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+TASKS_HELP = (
+    "MiniWoB++ tasks: names (miniwob:NAME or bare), 'miniwob:all' or 'all' (every task the text action "
+    "space can do), 'demonstrated' (the tasks with a scripted demonstrator) or 'demo'"
+)
+
+
 def task_names(text: str) -> list[str]:
-    """The MiniWoB++ task names of ``--tasks`` (``all``, ``demo`` or a comma-separated list).
+    """The MiniWoB++ task names of ``--tasks``.
+
+    One grammar for every command: comma-separated names, each bare or as
+    ``miniwob:NAME``; ``all`` (or ``miniwob:all``) is every task the text
+    action space can do (:func:`~dreamgym.bridge.miniwob.text_tasks`);
+    ``demonstrated`` the tasks with a scripted demonstrator; ``demo`` the
+    demo's six.
 
     Raises:
-        UsageError: It names no task.
+        UsageError: It names no task, or a site other than MiniWoB++.
     """
+    from dreamgym.bridge.demonstrators import DEMONSTRATORS
+    from dreamgym.bridge.miniwob import text_tasks
     from dreamgym.core.errors import UsageError
-    from dreamgym.sim_default import DEFAULT_TASKS
 
-    if text == "all":
-        return list(DEFAULT_TASKS)
-    if text == "demo":
-        return ["click-button", "enter-text", "login-user", "choose-list", "click-checkboxes", "search-engine"]
-    names = [name.strip().removeprefix("miniwob/") for name in text.split(",") if name.strip()]
-    if not names:
+    named = [name.strip() for name in text.split(",") if name.strip()]
+    if not named:
         raise UsageError(f"--tasks {text!r} names no task; write names like click-button,enter-text, or all")
-    return names
+    found: list[str] = []
+    for name in named:
+        site, colon, rest = name.partition(":")
+        if colon and site != "miniwob":
+            raise UsageError(f"--tasks {name!r}: the command line runs MiniWoB++ tasks (miniwob:NAME or bare names); "
+                             "other sites load through dreamgym.bridge (load_webarena, generic_task)")  # fmt: skip
+        name = rest if colon else name
+        if name == "all":
+            found += text_tasks()
+        elif name == "demonstrated":
+            found += sorted(DEMONSTRATORS)
+        elif name == "demo":
+            found += ["click-button", "enter-text", "login-user", "choose-list", "click-checkboxes", "search-engine"]
+        else:
+            found.append(name.removeprefix("miniwob/"))
+    return list(dict.fromkeys(found))
 
 
 def check_run_arguments(args: argparse.Namespace) -> None:
@@ -96,12 +120,20 @@ def check_run_arguments(args: argparse.Namespace) -> None:
     from dreamgym.core.errors import ConfigError, UsageError
 
     parse_seeds(args.seeds)
+    names = task_names(args.tasks)
     try:
-        miniwob_tasks(task_names(args.tasks), args.max_steps)
+        miniwob_tasks(names, args.max_steps)
     except UsageError:
         raise
     except ConfigError as exc:
         raise UsageError(f"--tasks {args.tasks!r}: {exc}") from None
+    if getattr(args, "policy", None) == "demonstrator":
+        from dreamgym.bridge.demonstrators import DEMONSTRATORS
+
+        if missing := [name for name in names if name not in DEMONSTRATORS]:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise UsageError(f"--tasks {args.tasks!r}: no scripted demonstrator for {shown}; give another --policy "
+                             "(random, local, chat), or --tasks demonstrated")  # fmt: skip
 
 
 def _policy(args: argparse.Namespace, limiter: Any) -> Any:

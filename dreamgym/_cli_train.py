@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dreamgym._cli_run import TASKS_HELP
+
 __all__ = ["add_train_command", "miniwob_tasks"]
 
 
@@ -19,7 +21,7 @@ def add_train_command(commands: Any) -> None:
     train.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, metrics, TensorBoard")
     train.add_argument("--store", type=Path, required=True, help="training store; collect real steps into it first")
     train.add_argument("--eval-store", type=Path, default=None, help="held-out episodes' store (OUT/eval-store)")
-    train.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text", help="MiniWoB++ tasks, or 'all'")
+    train.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text", help=TASKS_HELP)
     train.add_argument("--train-seeds", default="0-23", help="seeds groups start from, e.g. '0-23'")
     train.add_argument("--eval-seeds", default="1000-1004", help="held-out seeds ('' for no evaluation)")
     train.add_argument("--updates", type=int, default=20, help="policy updates")

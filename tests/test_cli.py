@@ -103,6 +103,9 @@ def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) 
         (("--seeds", ","), "names no seed"),
         (("--tasks", ""), "names no task"),
         (("--tasks", "click-buton"), "no MiniWoB task 'click-buton'"),
+        (("--tasks", "webarena:tasks.json"), "the command line runs MiniWoB++ tasks"),
+        (("--tasks", "all"), "no scripted demonstrator for"),  # the default policy is the demonstrator
+        (("--tasks", "miniwob:click-button,book-flight"), "no scripted demonstrator for book-flight"),
     ):
         for command in ("collect", "rollout"):
             result = dreamgym(command, "--store", str(store), *argv, check=False)
@@ -110,6 +113,22 @@ def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) 
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("dreamgym: error: --") and says in lines[0], lines
             assert not store.exists()  # checked before anything was opened
+
+
+def test_the_task_grammar() -> None:
+    from dreamgym._cli_run import task_names
+    from dreamgym.bridge.demonstrators import DEMONSTRATORS
+    from dreamgym.bridge.miniwob import EXCLUDED, text_tasks
+
+    assert task_names("miniwob:click-button, enter-text,miniwob/click-tab") == [
+        "click-button",
+        "enter-text",
+        "click-tab",
+    ]
+    everything = task_names("all")
+    assert everything == task_names("miniwob:all") == list(text_tasks()) and len(everything) > len(DEMONSTRATORS)
+    assert not set(everything) & set(EXCLUDED)
+    assert task_names("demonstrated,click-button") == sorted(DEMONSTRATORS)  # each once
 
 
 def test_a_collect_killed_inside_an_episode_commit_leaves_no_episode_without_its_record(tmp_path: Path) -> None:
