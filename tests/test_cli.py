@@ -209,3 +209,44 @@ def test_a_store_whose_files_cannot_be_written_is_still_read(tmp_path: Path) -> 
         assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 7
     finally:
         subprocess.run(["chattr", "-i", str(lock)], check=True)
+
+
+def test_two_collect_processes_on_one_store_the_second_is_refused_and_the_first_stores_everything_once(
+    tmp_path: Path,
+) -> None:
+    import sys
+    import time
+
+    store = tmp_path / "store"
+    argv = ["collect", "--store", str(store), "--tasks", "click-test,click-button", "--seeds", "0-5",
+            "--concurrency", "1"]  # fmt: skip
+    first = subprocess.Popen([sys.executable, "-m", "dreamgym.cli", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        lock = store / "writer.lock"
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
+            assert first.poll() is None and time.monotonic() < deadline, "the first collect never took the store"
+            time.sleep(0.05)
+        second = dreamgym(*argv, check=False)
+        out, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode == 1 and f"open for writing in process {first.pid}" in second.stderr
+    assert first.returncode == 0, err
+    assert "12 groups, 12 episodes" in out
+
+    async def stored() -> None:
+        async with LmdbReplayStore(store, readonly=True) as opened:
+            stats = await opened.stats()
+            steps = await opened.get_steps(list(range(1, stats.last_seq + 1)))
+            episodes = [decode_record(raw, Episode) for _, raw in opened.iter_records("episodes")]
+            assert len(episodes) == 12 and stats.unfinished_episodes == stats.empty_episodes == 0
+            keys = [(step.episode_id, step.step_index) for step in steps]
+            assert len(keys) == len(set(keys)) == sum(e.num_steps for e in episodes)  # each step once
+            for episode in episodes:  # every episode's steps are its own
+                mine = await opened.episode_steps(episode.episode_id)
+                assert {s.episode_id for s in mine} == {episode.episode_id} and len(mine) == episode.num_steps
+
+    anyio.run(stored)
