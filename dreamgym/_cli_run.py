@@ -34,7 +34,10 @@ def add_run_commands(commands: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", type=Path, required=True, help="replay store (created if missing)")
-    parser.add_argument("--tasks", default="demo", help=TASKS_HELP)
+    parser.add_argument("--tasks", default="demo", help=RUN_TASKS_HELP)
+    parser.add_argument("--site", action="append", default=[], metavar="NAME=URL",
+                        help="fills the placeholder __NAME__ of webarena: configs (default: the environment's "
+                             "SHOPPING, ..., WA_SHOPPING, ...); repeatable")  # fmt: skip
     parser.add_argument("--seeds", default="0-3", help="seeds, e.g. '0-9' or '1,5,7'; one group per (task, seed)")
     parser.add_argument("--group-size", type=int, default=1, help="episodes per group (G)")
     parser.add_argument("--policy", choices=POLICIES, default="demonstrator")
@@ -71,6 +74,7 @@ TASKS_HELP = (
     "MiniWoB++ tasks: names (miniwob:NAME or bare), 'miniwob:all' or 'all' (every task the text action "
     "space can do), 'demonstrated' (the tasks with a scripted demonstrator) or 'demo'"
 )
+RUN_TASKS_HELP = TASKS_HELP + "; or webarena:PATH, a WebArena-format config file or folder (any site, see --site)"
 
 
 def task_names(text: str) -> list[str]:
@@ -96,8 +100,8 @@ def task_names(text: str) -> list[str]:
     for name in named:
         site, colon, rest = name.partition(":")
         if colon and site != "miniwob":
-            raise UsageError(f"--tasks {name!r}: the command line runs MiniWoB++ tasks (miniwob:NAME or bare names); "
-                             "other sites load through dreamgym.bridge (load_webarena, generic_task)")  # fmt: skip
+            raise UsageError(f"--tasks {name!r}: give MiniWoB++ tasks (miniwob:NAME or bare names) here; "
+                             "webarena:PATH runs in collect and rollout")  # fmt: skip
         name = rest if colon else name
         if name == "all":
             found += text_tasks()
@@ -110,26 +114,60 @@ def task_names(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def check_run_arguments(args: argparse.Namespace) -> None:
-    """Check ``--seeds`` and ``--tasks`` (every name a MiniWoB++ task) before anything is opened.
+def run_tasks(args: argparse.Namespace) -> tuple[list[Any], bool]:
+    """The tasks of ``--tasks`` (and ``--site``), and whether they have seeds (MiniWoB++ does; a
+    WebArena-format config, on any site, does not: one group per task).
 
     Raises:
-        UsageError: Either names nothing, or a task that does not exist (the message says which).
+        UsageError: ``--tasks`` names nothing, a task that does not exist, a config that cannot be read,
+            or a placeholder no ``--site`` (or environment variable) fills.
     """
+    import msgspec
+
     from dreamgym._cli_train import miniwob_tasks
     from dreamgym.core.errors import ConfigError, UsageError
 
-    parse_seeds(args.seeds)
-    names = task_names(args.tasks)
+    spec = args.tasks.strip()
+    if spec.startswith("webarena:"):
+        from dreamgym.bridge import load_webarena, placeholders, site_urls
+
+        path = Path(spec.removeprefix("webarena:")).expanduser()
+        if not path.exists():
+            raise UsageError(f"--tasks {spec!r}: no config file or folder at {path}")
+        try:
+            tasks = load_webarena(path)
+        except ConfigError as exc:
+            raise UsageError(f"--tasks {spec!r}: {exc}") from None
+        if not tasks:
+            raise UsageError(f"--tasks {spec!r}: {path} holds no WebArena-format config")
+        filled = set(site_urls(args.site).urls)
+        for task in tasks:
+            if missing := sorted(placeholders(task) - filled):
+                raise UsageError(f"task {task.task_id} uses __{missing[0]}__, which nothing fills: give "
+                                 f"--site {missing[0].lower()}=URL (or set {missing[0]})")  # fmt: skip
+        return [msgspec.structs.replace(task, max_steps=args.max_steps) for task in tasks], False
     try:
-        miniwob_tasks(names, args.max_steps)
+        return miniwob_tasks(task_names(spec), args.max_steps), True
     except UsageError:
         raise
     except ConfigError as exc:
         raise UsageError(f"--tasks {args.tasks!r}: {exc}") from None
+
+
+def check_run_arguments(args: argparse.Namespace) -> None:
+    """Check ``--seeds``, ``--tasks`` and ``--site`` before anything is opened.
+
+    Raises:
+        UsageError: Any of them cannot work (the message says which and why).
+    """
+    from dreamgym.core.errors import UsageError
+
+    parse_seeds(args.seeds)
+    tasks, _ = run_tasks(args)
     if getattr(args, "policy", None) == "demonstrator":
         from dreamgym.bridge.demonstrators import DEMONSTRATORS
 
+        names = [task.task_id.removeprefix("miniwob/") for task in tasks]
         if missing := [name for name in names if name not in DEMONSTRATORS]:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise UsageError(f"--tasks {args.tasks!r}: no scripted demonstrator for {shown}; give another --policy "
@@ -168,12 +206,18 @@ def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncConte
     from dreamgym.runtime import RuntimeConfig
 
     config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.concurrency)
+    sites = []
+    if args.tasks.strip().startswith("webarena:"):
+        from dreamgym.bridge import WebArenaSite, site_urls
+
+        sites.append(WebArenaSite(site_urls(args.site)))
     return open_runtime(
         args.store,
         lambda limiter: _policy(args, limiter),
         config,
         sim_model=_sim_model(args.sim_model) if simulator else None,
         embedder=_embedder(args.embedder),
+        sites=sites,
     )
 
 
@@ -183,12 +227,14 @@ def _sim_model(name: str) -> Path:
     return default_model_dir() if name == "default" else Path(name)
 
 
-def _groups(args: argparse.Namespace, site: Any, *, real_share: float, shadow: bool = False) -> list[Any]:
-    """One group per (task, seed); ``real_share`` of them real (exactly, spread out), shadowed if asked."""
+def _groups(args: argparse.Namespace, *, real_share: float, shadow: bool = False) -> list[Any]:
+    """One group per (task, seed), or per task where tasks have no seeds; ``real_share`` of them real
+    (exactly, spread out), shadowed if asked."""
     from dreamgym._jobs import mixed_groups
 
-    tasks = [site.task(name, max_steps=args.max_steps) for name in task_names(args.tasks)]
-    return mixed_groups(tasks, parse_seeds(args.seeds), size=args.group_size, real_share=real_share, shadow=shadow)
+    tasks, seeded = run_tasks(args)
+    seeds: list[int | None] = list(parse_seeds(args.seeds)) if seeded else [None]
+    return mixed_groups(tasks, seeds, size=args.group_size, real_share=real_share, shadow=shadow)
 
 
 async def _drive(runtime: Any, groups: Sequence[Any]) -> list[Any]:
@@ -246,8 +292,8 @@ def _run_collect(args: argparse.Namespace) -> int:
     check_run_arguments(args)
 
     async def go() -> tuple[list[Any], int]:
-        async with _runtime(args, simulator=False) as (runtime, site):
-            groups = _groups(args, site, real_share=1.0)
+        async with _runtime(args, simulator=False) as (runtime, _):
+            groups = _groups(args, real_share=1.0)
             done = 0
             if not args.again:
                 groups, done = await collected(runtime.store, groups, runtime.policy.policy_id)
@@ -261,7 +307,8 @@ def _run_collect(args: argparse.Namespace) -> int:
 async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[list[Any], int]:
     """The groups still to collect, and how many are done: a (task, seed) group is done when the store
     holds at least its size of episodes of that task and seed by this policy that the infrastructure
-    did not cut. A group with fewer runs in full (its earlier episodes stay)."""
+    did not cut (a group without a seed: of that task). A group with fewer runs in full (its earlier
+    episodes stay)."""
     from collections import Counter
 
     from dreamgym.core.types import Episode, decode_record
@@ -277,7 +324,14 @@ async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[
     import anyio
 
     finished = await anyio.to_thread.run_sync(count)
-    pending = [group for group in groups if finished[(group.task.task_id, group.seed)] < group.size]
+    by_task = Counter[str]()
+    for (task_id, _), n in finished.items():
+        by_task[task_id] += n
+
+    def held(group: Any) -> int:
+        return finished[(group.task.task_id, group.seed)] if group.seed is not None else by_task[group.task.task_id]
+
+    pending = [group for group in groups if held(group) < group.size]
     return pending, len(groups) - len(pending)
 
 
@@ -287,8 +341,8 @@ def _run_rollout(args: argparse.Namespace) -> int:
     check_run_arguments(args)
 
     async def go() -> list[Any]:
-        async with _runtime(args, simulator=True) as (runtime, site):
-            return await _drive(runtime, _groups(args, site, real_share=args.real_share, shadow=args.shadow))
+        async with _runtime(args, simulator=True) as (runtime, _):
+            return await _drive(runtime, _groups(args, real_share=args.real_share, shadow=args.shadow))
 
     print(_summary(anyio.run(go)))
     return 0

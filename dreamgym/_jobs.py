@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from dreamgym.bridge import MiniWobSite
+    from dreamgym.bridge import MiniWobSite, Site
     from dreamgym.core.protocols import Embedder, ExperienceModel, Policy, ReplayStore
     from dreamgym.core.types import Source, Task
     from dreamgym.replay import StoreConfig
@@ -41,8 +41,13 @@ async def open_runtime(
     exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
     embedder: Embedder | None = None,
     store_config: StoreConfig | None = None,
+    sites: Sequence[Site] = (),
 ) -> AsyncIterator[tuple[Runtime, MiniWobSite]]:
     """Open the store, a site, the browsers, the policy and (with ``sim_model``) the simulator; yield (runtime, site).
+
+    Real episodes run MiniWoB++ tasks on the MiniWoB++ site it yields, and the
+    tasks of any of ``sites`` (a :class:`~dreamgym.bridge.WebArenaSite`, say)
+    by their ``benchmark``; generic tasks run on the generic site.
 
     Everything is opened in the calling event loop and closed when the block
     ends, so nothing outlives the loop that made it.
@@ -69,7 +74,7 @@ async def open_runtime(
                 policy=policy(limiter),
                 store=store,
                 config=config,
-                real_env=lambda: BrowserEnv(pool, sites=[site]),
+                real_env=lambda: BrowserEnv(pool, sites=[site, *sites]),
                 synthetic_env=synthetic_env,
                 torch_limiter=limiter,
             )
@@ -117,7 +122,7 @@ def grounded_simulator(
 
 def mixed_groups(
     tasks: Sequence[Task],
-    seeds: Sequence[int],
+    seeds: Sequence[int | None],
     *,
     size: int,
     real_share: float,

@@ -14,7 +14,14 @@ from dreamgym.bridge.env import BrowserEnv, EnvConfig
 from dreamgym.bridge.evaluators import HELPERS, Judge, SiteUrls, evaluate_webarena, helper
 from dreamgym.bridge.miniwob import EXCLUDED, FLIGHT_TASKS, NONDETERMINISTIC, MiniWobSite, all_tasks, text_tasks
 from dreamgym.bridge.sites import GenericSite, Site, generic_task, task_config
-from dreamgym.bridge.webarena import SITE_VARIABLES, WebArenaSite, load_webarena, site_urls_from_env
+from dreamgym.bridge.webarena import (
+    SITE_VARIABLES,
+    WebArenaSite,
+    load_webarena,
+    placeholders,
+    site_urls,
+    site_urls_from_env,
+)
 
 __all__ = [
     "CHROMIUM_ARGS",
@@ -47,7 +54,9 @@ __all__ = [
     "helper",
     "load_webarena",
     "origin_of",
+    "placeholders",
     "render_snapshot",
+    "site_urls",
     "site_urls_from_env",
     "task_config",
     "text_tasks",

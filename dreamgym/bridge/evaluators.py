@@ -70,7 +70,10 @@ class SiteUrls:
         def swap(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in self.urls:
-                raise ConfigError(f"the task refers to __{name}__ but the environment variable {name} is not set")
+                raise ConfigError(
+                    f"the task refers to __{name}__, which no site URL fills: give --site {name.lower()}=URL "
+                    f"(or set {name})"
+                )
             return self.urls[name].rstrip("/")
 
         return re.sub(r"__([A-Z_]+?)__", swap, text)

@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dreamgym.bridge.allowlist import Allowlist
 from dreamgym.bridge.evaluators import Judge, SiteUrls, evaluate_webarena
 from dreamgym.bridge.sites import task_config
-from dreamgym.core.errors import ConfigError
+from dreamgym.core.errors import ConfigError, UsageError
 from dreamgym.core.types import Task
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
-__all__ = ["SITE_VARIABLES", "WebArenaSite", "load_webarena", "site_urls_from_env"]
+__all__ = ["SITE_VARIABLES", "WebArenaSite", "load_webarena", "placeholders", "site_urls", "site_urls_from_env"]
 
 SITE_VARIABLES = {
     "shopping": "SHOPPING",
@@ -39,15 +40,47 @@ SITE_VARIABLES = {
 """A config's site name → the environment variable holding its base URL."""
 
 
+_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
+
+
 def site_urls_from_env(environ: Mapping[str, str] | None = None) -> SiteUrls:
-    """The site URLs (and the shopping admin login the helpers use) from the environment."""
+    """The site URLs (and the shopping admin login the helpers use) from the environment: WebArena's
+    variables (``SHOPPING``, ...) and BrowserGym's ``WA_SHOPPING``-style names (WebArena's win)."""
     environ = os.environ if environ is None else environ
-    urls = {var: environ[var] for var in SITE_VARIABLES.values() if environ.get(var)}
+    urls = {var: environ[f"WA_{var}"] for var in SITE_VARIABLES.values() if environ.get(f"WA_{var}")}
+    urls.update({var: environ[var] for var in SITE_VARIABLES.values() if environ.get(var)})
     return SiteUrls(
         urls,
         admin_user=environ.get("SHOPPING_ADMIN_USER", "admin"),
         admin_password=environ.get("SHOPPING_ADMIN_PASSWORD", "admin1234"),
     )
+
+
+def site_urls(pairs: Sequence[str], environ: Mapping[str, str] | None = None) -> SiteUrls:
+    """The environment's site URLs (:func:`site_urls_from_env`) with ``NAME=URL`` pairs over them: each
+    fills the placeholder ``__NAME__`` (upper-cased), WebArena's (``shopping=...`` fills
+    ``__SHOPPING__``) or any a config of a user's own uses (``shop=...`` fills ``__SHOP__``).
+
+    Raises:
+        UsageError: A pair is not ``NAME=URL`` with an http(s) URL.
+    """
+    base = site_urls_from_env(environ)
+    urls = dict(base.urls)
+    for pair in pairs:
+        name, equals, url = pair.partition("=")
+        if (
+            not equals
+            or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name.strip())
+            or not url.startswith(("http://", "https://"))
+        ):
+            raise UsageError(f"--site {pair!r}: write NAME=URL, e.g. shopping=http://127.0.0.1:7770")
+        urls[name.strip().upper()] = url.strip().rstrip("/")
+    return SiteUrls(urls, admin_user=base.admin_user, admin_password=base.admin_password)
+
+
+def placeholders(task: Task) -> set[str]:
+    """The ``__NAME__`` placeholders a task's start URL and config use (the names, upper-case)."""
+    return set(_PLACEHOLDER.findall(task.start_url)) | set(_PLACEHOLDER.findall(task.config_json))
 
 
 def load_webarena(path: str | os.PathLike[str]) -> list[Task]:
@@ -103,7 +136,7 @@ class WebArenaSite:
 
     def allowlist(self, task: Task) -> Allowlist:
         config = task_config(task)
-        sites = [self.urls.urls.get(SITE_VARIABLES.get(s, ""), "") for s in config.get("sites", [])]
+        sites = [self.urls.urls.get(SITE_VARIABLES.get(s, s.upper()), "") for s in config.get("sites", [])]
         home = self.urls.urls.get("HOMEPAGE", "")
         return Allowlist.of([*sites, home, *self._start_urls(task)])
 
