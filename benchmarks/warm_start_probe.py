@@ -1,11 +1,13 @@
 """Can the tiny index policy learn a task from demonstrations at all? Held-out label accuracy after behaviour cloning.
 
-    python benchmarks/warm_start_probe.py [--tasks click-button] [--epochs 2,4,8,16]
+    python benchmarks/warm_start_probe.py [--tasks click-button] [--epochs 2,4,8,16] [--lm-weights 0,1]
 
 Collects one demonstrator episode per (task, seed) of ``--train-seeds`` and
 ``--val-seeds`` (disjoint), builds the tiny index policy on the training
 pages, and for each ``--epochs`` size behaviour-clones a fresh copy and
-scores its greedy label on every held-out demonstrated decision, per task.
+scores its greedy label on every held-out demonstrated decision, per task;
+each size with each ``--lm-weights`` value (0: the label's cross-entropy
+alone; 1: with the next-token loss on the pages beside it).
 The baseline, measured on the same decisions, is the best fixed label (the
 one the training decisions use most): a policy at that figure has learned
 the label prior, not the page. One JSON line per size; with
@@ -53,19 +55,22 @@ def main() -> int:
     val = [e for e in episodes if e[0].seed in val_seeds]
     model, tokenizer = lc._build_policy(args, tasks, train)
     rows = []
-    for epochs in (float(e) for e in args.epochs.split(",")):
+    sizes = [(float(w), float(e)) for w in args.lm_weights.split(",") for e in args.epochs.split(",")]
+    for lm_weight, epochs in sizes:
         policy = lc._policy(copy.deepcopy(model), tokenizer, args, temperature=0.0)
         fit_on, _ = demonstrations(policy, train, tasks)
         held, _ = demonstrations(policy, val, tasks)
         config = WarmStartConfig(epochs=epochs, learning_rate=args.lr, batch_size=args.batch, seed=args.seed,
-                                 lm_weight=args.lm_weight)  # fmt: skip
+                                 lm_weight=lm_weight)  # fmt: skip
         fit = warm_start(policy, fit_on, config)
-        row = {"epochs": epochs, "updates": fit.updates, "train_examples": len(fit_on), "val_examples": len(held),
-               "train_accuracy": round(fit.accuracy, 4), "tasks": _accuracy(policy, fit_on, held)}  # fmt: skip
+        row = {"lm_weight": lm_weight, "epochs": epochs, "updates": fit.updates, "train_examples": len(fit_on),
+               "val_examples": len(held), "train_accuracy": round(fit.accuracy, 4),
+               "tasks": _accuracy(policy, fit_on, held)}  # fmt: skip
         rows.append(row)
         for task in row["tasks"]:
             emit(f"warm_start_probe/{task['task']}/val_label_accuracy", task["val_accuracy"], "share of held-out "
-                 "decisions", "best fixed label", task["fixed_label_accuracy"], epochs=epochs)  # fmt: skip
+                 "decisions", "best fixed label", task["fixed_label_accuracy"], epochs=epochs,
+                 lm_weight=lm_weight)  # fmt: skip
     result = {"date": datetime.date.today().isoformat(), "commit": lc._commit(),
               "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
               "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -86,7 +91,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--epochs", default="2,4,8,16", help="sizes, each from the same fresh model")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--lm-weight", type=float, default=1.0, help="WarmStartConfig.lm_weight")
+    parser.add_argument("--lm-weights", default="0,1", help="WarmStartConfig.lm_weight values, each with every size")
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--contexts", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
