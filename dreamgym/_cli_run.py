@@ -301,6 +301,7 @@ def _run_collect(args: argparse.Namespace) -> int:
 
     results, done = anyio.run(go)
     print(_summary(results) + (f"; skipped {done} groups the store already holds (--again runs them)" if done else ""))
+    _fail_if_nothing_ran(results)
     return 0
 
 
@@ -344,5 +345,28 @@ def _run_rollout(args: argparse.Namespace) -> int:
         async with _runtime(args, simulator=True) as (runtime, _):
             return await _drive(runtime, _groups(args, real_share=args.real_share, shadow=args.shadow))
 
-    print(_summary(anyio.run(go)))
+    results = anyio.run(go)
+    print(_summary(results))
+    _fail_if_nothing_ran(results)
     return 0
+
+
+def _fail_if_nothing_ran(results: Sequence[Any]) -> None:
+    """A job whose every episode the infrastructure ended (a dead server, a deadline every call
+    outlives) has nothing to show: say why, and exit non-zero.
+
+    Raises:
+        DreamgymError: Every episode was cut.
+    """
+    from collections import Counter
+
+    from dreamgym.core.errors import DreamgymError
+
+    episodes = [episode for result in results for episode in result.episodes]
+    if not episodes or any(not episode.cut_reason for episode in episodes):
+        return
+    reasons = Counter(episode.cut_reason for episode in episodes).most_common()
+    errors = Counter(episode.error.strip().splitlines()[0] for episode in episodes if episode.error.strip())
+    why = f"; the most common error: {errors.most_common(1)[0][0]}" if errors else ""
+    raise DreamgymError(f"every one of the {len(episodes)} episodes was ended by the infrastructure, not the policy ("
+                        + ", ".join(f"{n} {reason}" for reason, n in reasons) + f"){why}")  # fmt: skip

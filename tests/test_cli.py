@@ -250,3 +250,15 @@ def test_two_collect_processes_on_one_store_the_second_is_refused_and_the_first_
                 assert {s.episode_id for s in mine} == {episode.episode_id} and len(mine) == episode.num_steps
 
     anyio.run(stored)
+
+
+def test_a_job_whose_every_episode_failed_exits_non_zero_saying_why(tmp_path: Path) -> None:
+    """A chat policy whose server is not there (nothing listens on port 9): every episode ends on a
+    backend error; the job says so and exits 1 instead of reporting 0 steps as success."""
+    result = dreamgym("collect", "--store", str(tmp_path / "store"), "--tasks", "click-test", "--seeds", "0-1",
+                      "--policy", "chat", "--policy-model", "x", "--openai-url", "http://127.0.0.1:9/v1",
+                      check=False)  # fmt: skip
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "every one of the 2 episodes was ended by the infrastructure" in last and "2 backend" in last
+    assert "Connection error" in last
