@@ -2,7 +2,7 @@
 
 Layout of the LMDB environment (a directory) and its named databases::
 
-    steps       seq (uint64, big-endian)        -> Step record (MessagePack)
+    steps       seq (uint64, big-endian)        -> Step record (MessagePack + CRC-32, format 2)
     episodes    episode_id                      -> Episode record
     tasks       task_id                         -> Task record
     by_episode  episode_id \\0 seq               -> b""     (per-episode scans)
@@ -70,13 +70,14 @@ __all__ = ["LmdbReplayStore", "StoreStats"]
 log = logging.getLogger(__name__)
 
 STORE_FORMAT = 2
-"""1: records as MessagePack. 2: each step, episode and task record is its MessagePack followed by
-the CRC-32 of it (4 bytes, big-endian), checked on every read (LMDB keeps no checksums of its own:
-bytes overwritten in a record read back as plausible wrong data). A store keeps the format it was
+"""Version of the layout above; bump it, with a migration, when it changes. 1: records as
+MessagePack. 2: each step, episode and task record is its MessagePack followed by the CRC-32 of
+it (4 bytes, big-endian), checked on every read (LMDB keeps no checksums of its own: bytes
+overwritten in a record read back as plausible wrong data). A store keeps the format it was
 created with; format-1 stores are read and written as they are."""
 
 _SEALED_DBS = frozenset({"steps", "episodes", "tasks"})
-"""Version of the key layout above. Bump it, with a migration, when it changes."""
+"""The databases whose records carry a checksum from format 2 on."""
 
 _SOURCE_BYTE = {"real": b"r", "synthetic": b"s"}
 
