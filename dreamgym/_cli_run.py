@@ -312,6 +312,8 @@ async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[
     episodes stay)."""
     from collections import Counter
 
+    import anyio
+
     from dreamgym.core.types import Episode, decode_record
 
     def count() -> Counter[tuple[str, int | None]]:
@@ -321,8 +323,6 @@ async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[
             if episode.policy_id == policy_id and episode.source == "real" and not episode.cut_reason:
                 finished[(episode.task_id, episode.seed)] += 1
         return finished
-
-    import anyio
 
     finished = await anyio.to_thread.run_sync(count)
     by_task = Counter[str]()
