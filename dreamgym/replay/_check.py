@@ -156,11 +156,14 @@ class _Walk:
         self.vectors_and_meta()
         for _ in self.entries("cache"):  # the model-call cache: read through, every page of it
             pass
+        for kind, n in sorted(self.shown.items()):
+            if n > _SHOWN:
+                self.report.problems.append(f"... and {n - _SHOWN} more problems of {kind} like those above")
+        if {"steps", "episodes"} & self.unreadable:
+            return
         with_steps = {episode for episode, _, _ in self.steps.values() if not episode.endswith("/shadow")}
         if unfinished := len(with_steps - recorded):
             self.report.notes.append(f"{unfinished} episodes have steps but no episode record (unfinished)")
-        if {"steps", "episodes"} & self.unreadable:
-            return
         if empty := len(recorded - with_steps):
             self.report.notes.append(f"{empty} episode records have no steps")
 
