@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_run import TASKS_HELP
+from dreamgym._cli_run import RUN_TASKS_HELP
 
 __all__ = ["add_train_command", "miniwob_tasks"]
 
@@ -21,7 +21,12 @@ def add_train_command(commands: Any) -> None:
     train.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, metrics, TensorBoard")
     train.add_argument("--store", type=Path, required=True, help="training store; collect real steps into it first")
     train.add_argument("--eval-store", type=Path, default=None, help="held-out episodes' store (OUT/eval-store)")
-    train.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text", help=TASKS_HELP)
+    train.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text", help=RUN_TASKS_HELP)
+    train.add_argument("--eval-tasks", default=None,
+                       help="held-out tasks, in --tasks' grammar (default: --tasks on --eval-seeds); tasks without "
+                            "seeds (webarena:) are held out by task id, so these must be other tasks")  # fmt: skip
+    train.add_argument("--site", action="append", default=[], metavar="NAME=URL",
+                       help="fills the placeholder __NAME__ of webarena: configs; repeatable")  # fmt: skip
     train.add_argument("--train-seeds", default="0-23", help="seeds groups start from, e.g. '0-23'")
     train.add_argument("--eval-seeds", default="1000-1004", help="held-out seeds ('' for no evaluation)")
     train.add_argument("--updates", type=int, default=20, help="policy updates")
@@ -62,18 +67,33 @@ def miniwob_tasks(names: list[str], max_steps: int) -> list[Any]:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from dreamgym._cli_run import parse_seeds, task_names
+    from dreamgym._cli_run import parse_seeds, run_tasks
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
-    from dreamgym.core.errors import ConfigError
+    from dreamgym.core.errors import ConfigError, UsageError
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.sim_default import default_model_dir
     from dreamgym.trainer import LoraSettings, TrainConfig, Trainer
     from dreamgym.trainer._miniwob import MiniWobSides, held_out, miniwob_sides
 
-    names = task_names(args.tasks)
+    tasks, seeded = run_tasks(args)
     train_seeds = parse_seeds(args.train_seeds)
-    eval_seeds = parse_seeds(args.eval_seeds)
+    eval_seeds = parse_seeds(args.eval_seeds) if args.eval_seeds.strip() else []
+    eval_tasks = tasks
+    if args.eval_tasks is not None:
+        eval_tasks, _ = run_tasks(argparse.Namespace(tasks=args.eval_tasks, site=args.site, max_steps=args.max_steps))
+    if not seeded:  # held out by task id: a seed means nothing to these tasks
+        if args.eval_tasks is None and eval_seeds:
+            raise UsageError("these tasks have no seeds, so held-out means other tasks: give --eval-tasks "
+                             "(or --eval-seeds '' for no evaluation)")  # fmt: skip
+        if shared := sorted({t.task_id for t in tasks} & {t.task_id for t in eval_tasks}):
+            raise UsageError(f"--eval-tasks shares {shared[0]} with --tasks; held-out tasks must be unseen")
+        eval_seeds = eval_seeds[:1]  # each held-out task once
+    held = (
+        held_out([task.task_id for task in eval_tasks], eval_seeds)
+        if seeded
+        else tuple((task.task_id, None) for task in eval_tasks)
+    )
     config = TrainConfig(
         mode=args.mode,
         updates=args.updates,
@@ -104,12 +124,17 @@ def _run_train(args: argparse.Namespace) -> int:
         mode=args.policy_mode, temperature=args.temperature, seed=args.seed, list_actions=False
     )
     policy = LocalPolicy.load(policy_dir, config=policy_config)
-    tasks = miniwob_tasks(names, args.max_steps)
+    sites = []
+    if not seeded or (args.eval_tasks or "").strip().startswith("webarena:"):
+        from dreamgym.bridge import WebArenaSite, site_urls
+
+        sites.append(WebArenaSite(site_urls(args.site)))
     sides = MiniWobSides(
         store=args.store,
         eval_store=args.eval_store or args.out / "eval-store",
         sim_model=sim_model,
-        exclude_task_seeds=held_out([task.task_id for task in tasks], eval_seeds),
+        exclude_task_seeds=held,
+        sites=tuple(sites),
         refit_dir=args.out / "sim-refits" if args.sim_refit_every else None,
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=2),
     )
@@ -119,6 +144,7 @@ def _run_train(args: argparse.Namespace) -> int:
         tasks=tasks,
         open_sides=miniwob_sides(sides),
         train_seeds=train_seeds,
+        eval_tasks=eval_tasks,
         eval_seeds=eval_seeds,
     )
     with contextlib.redirect_stdout(sys.stderr):  # TRL prints its logs; stdout carries only the result

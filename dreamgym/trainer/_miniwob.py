@@ -6,12 +6,16 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from dreamgym.core.protocols import Embedder
 from dreamgym.runtime import RuntimeConfig
 from dreamgym.trainer._sides import ModelSlot, OpenSides, Sides, sft_refit
+
+if TYPE_CHECKING:
+    from dreamgym.bridge import Site
 
 __all__ = ["MiniWobSides", "miniwob_sides"]
 
@@ -36,6 +40,8 @@ class MiniWobSides:
     browsers: int = 1
     runtime: RuntimeConfig | None = None
     embedder: Embedder | None = None
+    sites: tuple[Site, ...] = ()
+    """Sites beside MiniWoB++'s for tasks of other benchmarks (a ``WebArenaSite`` for webarena configs)."""
 
 
 def miniwob_sides(settings: MiniWobSides) -> OpenSides:
@@ -59,7 +65,7 @@ def miniwob_sides(settings: MiniWobSides) -> OpenSides:
             runtime = settings.runtime or RuntimeConfig()
             sides = Sides(
                 store=store,
-                real_env=lambda: BrowserEnv(pool, sites=[site]),
+                real_env=lambda: BrowserEnv(pool, sites=[site, *settings.sites]),
                 eval_store=eval_store,
                 runtime_config=runtime,
             )

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import anyio
+import pytest
 from helpers import dreamgym
 
 from dreamgym.core.types import Episode, decode_record
@@ -49,3 +50,33 @@ def test_an_unfilled_placeholder_names_the_flag_that_fills_it(tmp_path: Path) ->
                       "shop=http://127.0.0.1:9", check=False)  # fmt: skip
     assert result.returncode == 2 and "no scripted demonstrator" in result.stderr
     assert not store.exists()
+
+
+@pytest.mark.timeout(600)
+def test_train_on_a_users_own_site_holds_out_other_tasks(
+    tmp_path: Path, site_url: str, tiny_models: tuple[Path, Path]
+) -> None:
+    """Real-only GRPO, one update, on the shop's tasks 1-2, evaluated on its task 3: tasks without seeds are
+    held out by task id."""
+    policy, _ = tiny_models
+    common = ("train", "--mode", "mixed", "--real-share", "1", "--store", str(tmp_path / "store"),
+              "--out", str(tmp_path / "run"), "--tasks", f"webarena:{CONFIGS}", "--site", f"shop={site_url}",
+              "--policy-model", str(policy), "--lora-r", "0", "--max-steps", "2")  # fmt: skip
+    for extra, says in (
+        ((), "give --eval-tasks"),
+        (("--eval-tasks", f"webarena:{CONFIGS}"), "shares webarena/1 with --tasks"),
+    ):
+        refused = dreamgym(*common, *extra, check=False)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+    assert not (tmp_path / "store").exists()
+    result = json.loads(dreamgym(*common, "--eval-tasks", f"webarena:{CONFIGS.parent / 'eval.json'}", "--updates",
+                                 "1", "--group-size", "2", "--groups-per-update", "1", "--json").stdout)  # fmt: skip
+    assert result["update"] == 1 and result["real_steps"] > 0 and result["real_groups"] == 1
+    assert [(e["update"], e["episodes"] + e["cut"]) for e in result["evaluations"]] == [(0, 1), (1, 1)]
+
+    async def tasks_of(path: Path) -> set[str]:
+        async with LmdbReplayStore(path, readonly=True) as opened:
+            return {decode_record(raw, Episode).task_id for _, raw in opened.iter_records("episodes")}
+
+    assert anyio.run(tasks_of, tmp_path / "run" / "eval-store") == {"webarena/3"}
+    assert anyio.run(tasks_of, tmp_path / "store") <= {"webarena/1", "webarena/2"}
