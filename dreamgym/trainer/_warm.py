@@ -46,11 +46,12 @@ class WarmStartConfig:
     """Shuffles the examples."""
     lm_weight: float = 0.0
     """Weight of an auxiliary next-token loss on every id of each example (the prompt and the
-    episode so far), added to the label's cross-entropy. A model trained from scratch needs it: on
-    the label alone the tiny policy stays at the label prior for hundreds of updates, while
-    predicting the page's own text teaches it to copy across the page (an element's name into its
-    choice line, the goal's words), which is what matching the goal to a choice takes
-    (``benchmarks/warm_start_probe.py``). 0 trains the label alone."""
+    episode so far), added to the label's cross-entropy; 0 trains the label alone. For a model
+    trained from scratch: predicting the page's own text teaches it to copy across the page (an
+    element's name into its choice line, the goal's words), which matching the goal to a choice
+    takes. On click-button the tiny policy's held-out label accuracy after 480 and 960 updates was
+    0.43 and 0.40 with it against 0.23 and 0.33 without (best fixed label 0.25; 60 decisions;
+    ``benchmarks/results/warm_start_probe.json``)."""
 
     def __post_init__(self) -> None:
         if not (self.epochs > 0 and math.isfinite(self.epochs)):
