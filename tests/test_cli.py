@@ -103,7 +103,8 @@ def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) 
         (("--seeds", ","), "names no seed"),
         (("--tasks", ""), "names no task"),
         (("--tasks", "click-buton"), "no MiniWoB task 'click-buton'"),
-        (("--tasks", "webarena:tasks.json"), "the command line runs MiniWoB++ tasks"),
+        (("--tasks", "webarena:tasks.json"), "no config file or folder at tasks.json"),
+        (("--tasks", "gym:click-button"), "give MiniWoB++ tasks (miniwob:NAME or bare names)"),
         (("--tasks", "all"), "no scripted demonstrator for"),  # the default policy is the demonstrator
         (("--tasks", "miniwob:click-button,book-flight"), "no scripted demonstrator for book-flight"),
     ):
@@ -174,6 +175,7 @@ def test_replay_stats_counts_unfinished_and_empty_episodes(tmp_path: Path) -> No
     assert (stats["episodes"], stats["unfinished_episodes"], stats["empty_episodes"]) == (2, 1, 1)
 
 
+@pytest.mark.slow
 def test_collect_again_skips_the_groups_the_store_holds_unless_told_again(tmp_path: Path) -> None:
     store = tmp_path / "store"
     argv = ("collect", "--store", str(store), "--tasks", "click-test")

@@ -52,6 +52,7 @@ def test_an_unfilled_placeholder_names_the_flag_that_fills_it(tmp_path: Path) ->
     assert not store.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_train_on_a_users_own_site_holds_out_other_tasks(
     tmp_path: Path, site_url: str, tiny_models: tuple[Path, Path]
