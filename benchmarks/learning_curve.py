@@ -14,8 +14,9 @@
    [0.05, 0.9] and whose overall success lies in [0.1, 0.6] (else, whole in
    range first, the one with the most tasks in range). Only the GRPO loss
    moves the weights after it.
-4. Real-only GRPO from there (``Trainer``, mixed mode with every group real),
-   evaluated greedily on ``--held-out-seeds``: each (task, seed) once, at
+4. Real-only GRPO from there (``Trainer``, mixed mode with every group real;
+   groups with no reward spread are played again as other draws, up to
+   ``--resample-flat`` rounds per update), evaluated greedily on ``--held-out-seeds``: each (task, seed) once, at
    update 0, every ``--eval-every`` updates and at the last.
 5. Write ``OUT/learning_curve.json`` and ``.svg`` (held-out success against
    updates and against real transitions, with 95% Wilson intervals), and with
@@ -86,15 +87,21 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, groups_per_update: 
     parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
     parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
     parser.add_argument("--train-seeds", default="100-999", help="seeds real groups start from")
-    parser.add_argument("--warm-epochs", default="0.5,1,1.5,2,3,4", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-epochs", default="2,3,4", help="warm-start sizes to try, in order")
     parser.add_argument("--warm-lr", type=float, default=1e-3)
     parser.add_argument("--warm-batch", type=int, default=4, help="examples per behaviour-cloning update")
     parser.add_argument("--warm-lm-weight", type=float, default=1.0, help="WarmStartConfig.lm_weight")
-    parser.add_argument("--updates", type=int, default=80)
-    parser.add_argument("--eval-every", type=int, default=20)
+    parser.add_argument("--updates", type=int, default=40)
+    parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--groups-per-update", type=int, default=groups_per_update)
     parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument(
+        "--resample-flat",
+        type=int,
+        default=2,
+        help="TrainConfig.resample_flat: rounds per update replacing groups with no reward spread",
+    )
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--contexts", type=int, default=2, help="real episodes in flight")
@@ -243,7 +250,7 @@ def _train(args: argparse.Namespace, tasks: list[Any], model: Any, tokenizer: An
     config = TrainConfig(
         mode="mixed", real_share=1.0, updates=args.updates, output_dir=root / "run", group_size=args.group_size,
         groups_per_update=args.groups_per_update, learning_rate=args.lr, lora=None, eval_every=args.eval_every,
-        seed=args.seed, report_to=(),
+        resample_flat=args.resample_flat, seed=args.seed, report_to=(),
     )  # fmt: skip
     sides = MiniWobSides(store=root / "store", eval_store=root / "eval-store",
                          runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts))  # fmt: skip
@@ -287,9 +294,11 @@ def _real_transitions(metrics: Path) -> dict[int, int]:
 
 
 def _diagnostics(metrics: Path) -> dict[str, list[float]]:
-    """Per update: reward mean and spread, the share of groups with no spread, gradient norm, entropy."""
+    """Per update: reward mean and spread, the share of trained groups with no spread, gradient norm,
+    entropy, and (running totals) groups that came back flat and groups played again in their place."""
     keys = {"train/reward": "reward", "train/reward_std": "reward_std", "train/frac_reward_zero_std":
-            "frac_reward_zero_std", "train/grad_norm": "grad_norm", "train/entropy": "entropy"}  # fmt: skip
+            "frac_reward_zero_std", "train/grad_norm": "grad_norm", "train/entropy": "entropy",
+            "flat_groups": "flat_groups_total", "resampled_groups": "resampled_groups_total"}  # fmt: skip
     found: dict[str, list[float]] = {name: [] for name in keys.values()}
     for line in metrics.read_text().splitlines():
         row = json.loads(line)

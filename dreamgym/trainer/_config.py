@@ -65,6 +65,13 @@ class TrainConfig:
     epsilon: float = 0.2
     """PPO-style clipping of the update ratio."""
     max_grad_norm: float = 1.0
+    resample_flat: int = 0
+    """Dynamic sampling (DAPO's): a group that teaches nothing (its scorable rewards all equal,
+    so every advantage is zero, or dropped) is replaced by a fresh group on the same side, a
+    new draw of task and seed that avoids the tasks that came back flat in this update while
+    others remain, up to this many rounds per update; a group still flat after them is kept.
+    Replaced groups' transitions count as consumed (``real_steps``, ``synthetic_steps``) and
+    their rewards still reach the task pool. 0 keeps every group as drawn."""
     lora: LoraSettings | None = field(default_factory=LoraSettings)
     real_share: float = 0.25
     """``mixed``: the share of real groups."""
@@ -102,7 +109,7 @@ class TrainConfig:
                 f"TrainConfig.group_size must be >= 2, got {self.group_size}: GRPO's advantage is "
                 "relative to the group, and a group of one learns nothing"
             )
-        for name in ("eval_every", "save_every", "sim_refit_every", "switch_at"):
+        for name in ("eval_every", "save_every", "sim_refit_every", "switch_at", "resample_flat"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.curriculum_every < 1:

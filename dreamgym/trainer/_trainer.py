@@ -21,6 +21,13 @@ counted by reason. A group is dropped (every reward ``None``) and counted
 when its episodes did not start from one observation (a live site that does
 not reset) or fewer than two of them are scorable.
 
+A group whose scorable rewards are all equal (every episode won, or every one
+lost) has zero advantage everywhere and teaches nothing; on small tasks that is
+most groups once the policy is decent either way. With
+``TrainConfig.resample_flat`` such groups, and dropped ones, are played again as
+fresh draws on the same side (DAPO's dynamic sampling), so each update's batch
+carries more signal; the replaced groups' transitions still count as consumed.
+
 The trainer's own state (counters, the task pool's generated tasks, the
 share of real groups carried between updates) is saved beside TRL's
 checkpoint as ``dreamgym_trainer.json``; ``Trainer.train`` resumes from the
@@ -77,6 +84,10 @@ class TrainerState:
     """Groups left out of learning: starts that differ, or fewer than two scorable episodes."""
     dropped: dict[str, int] = field(default_factory=dict)
     """Dropped groups by reason: ``different_starts``, ``too_few_scorable``."""
+    flat_groups: int = 0
+    """Kept groups whose scorable rewards were all equal: zero advantage, nothing learnt."""
+    resampled_groups: int = 0
+    """Groups played again because they taught nothing (``TrainConfig.resample_flat``)."""
     cut_episodes: dict[str, int] = field(default_factory=dict)
     """Training episodes the infrastructure ended, by reason (:data:`~dreamgym.core.INFRASTRUCTURE_CUTS`):
     reward ``None``, no advantage, out of their group's baseline."""
@@ -375,12 +386,34 @@ class Trainer:
         started = time.perf_counter()
         try:
             with self._acting():
-                results = portal.run_groups(specs)
+                kept = [self._record(result, size) for result in portal.run_groups(specs)]
+                flat_tasks: set[str] = set()
+                for round_ in range(1, self.config.resample_flat + 1):
+                    flat = [n for n, (_, _, teaches) in enumerate(kept) if not teaches]
+                    if not flat:
+                        break
+                    flat_tasks |= {kept[n][0].task.task_id for n in flat}
+                    again = [self._redraw(kept[n][0], flat_tasks, rng, f"r{round_}") for n in flat]
+                    self.state.resampled_groups += len(flat)
+                    for n, result in zip(flat, portal.run_groups(again), strict=True):
+                        kept[n] = self._record(result, size)
         finally:
             self.state.rollout_seconds += time.perf_counter() - started
-        output = self._to_trl(results, size)
+        output = self._to_trl(kept, size)
         self.last_rollout = output
         return output
+
+    def _redraw(self, flat: GroupResult, avoid: set[str], rng: random.Random, suffix: str) -> GroupSpec:
+        """A fresh group in place of one that taught nothing: same side, another task where one remains."""
+        fits = [t for t in self.pool if flat.source == "synthetic" or not t.parent_task_id]
+        fresh = [t for t in fits if t.task_id not in avoid]
+        return GroupSpec(
+            task=rng.choice(fresh or fits),
+            size=self.config.group_size,
+            seed=rng.choice(self.train_seeds),
+            source=flat.source,
+            group_id=f"{flat.group_id}{suffix}",
+        )
 
     def _sources(self, tasks: Sequence[Task], share: float) -> list[Source]:
         """Each group's side: ``share`` of them real, spread evenly and carried across updates.
@@ -400,31 +433,49 @@ class Trainer:
                 sources.append("synthetic")
         return sources
 
-    def _to_trl(self, results: list[GroupResult], size: int) -> dict[str, list[Any]]:
+    def _record(self, result: GroupResult, size: int) -> tuple[GroupResult, list[float | None], bool]:
+        """Count one played group (steps, cuts, drops, the pool's value); its rewards and whether it teaches.
+
+        A reward is ``None`` where the infrastructure ended the episode or it has no
+        token record, and every reward is ``None`` in a dropped group. A group teaches
+        when it is kept and its scorable rewards are not all equal.
+        """
+        rollouts = list(result.rollouts)
+        rewards: list[float | None] = [
+            reward if any(s.policy_tokens is not None for s in rollouts[n].steps) else None
+            for n, reward in enumerate(result.rewards)  # None: the infrastructure ended it
+        ]
+        for reason in result.cuts:
+            self.state.cut_episodes[reason] = self.state.cut_episodes.get(reason, 0) + 1
+        self._count_steps(result)
+        why = self._drop_reason(result, rewards, size)
+        if why:
+            self.state.dropped_groups += 1
+            self.state.dropped[why] = self.state.dropped.get(why, 0) + 1
+            log.warning("group %s (%s) dropped: %s", result.group_id, result.task.task_id, why)
+            return result, [None] * size, False
+        scorable = [r for r in rewards if r is not None]
+        self.pool.record_group(result.task.task_id, scorable)
+        teaches = max(scorable) - min(scorable) > 1e-9
+        if not teaches:
+            self.state.flat_groups += 1
+        return result, rewards, teaches
+
+    def _to_trl(self, kept: list[tuple[GroupResult, list[float | None], bool]], size: int) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {
             "prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], REWARD_FIELD: []
         }  # fmt: skip
         eos = self.policy.turns.eos_id
-        for result in results:
+        for result, rewards, _ in kept:
             rollouts = list(result.rollouts)
-            records = [[s.policy_tokens for s in r.steps if s.policy_tokens is not None] for r in rollouts]
-            rewards = [
-                reward if records[n] else None
-                for n, reward in enumerate(result.rewards)  # None: the infrastructure ended it
-            ]
-            for reason in result.cuts:
-                self.state.cut_episodes[reason] = self.state.cut_episodes.get(reason, 0) + 1
-            why = self._drop_reason(result, rewards, size)
-            if why:
-                self.state.dropped_groups += 1
-                self.state.dropped[why] = self.state.dropped.get(why, 0) + 1
-                log.warning("group %s (%s) dropped: %s", result.group_id, result.task.task_id, why)
-            self._count_steps(result)
-            if not why:
-                self.pool.record_group(result.task.task_id, [r for r in rewards if r is not None])
             for n in range(size):
-                if n < len(rollouts) and records[n]:
-                    sequence = episode_sequence(link_turns(records[n]))
+                records = (
+                    [s.policy_tokens for s in rollouts[n].steps if s.policy_tokens is not None]
+                    if n < len(rollouts)
+                    else []
+                )
+                if records:
+                    sequence = episode_sequence(link_turns(records))
                     out["prompt_ids"].append(list(sequence.prompt_ids))
                     out["completion_ids"].append(list(sequence.completion_ids))
                     out["logprobs"].append(list(sequence.logprobs))
@@ -434,7 +485,7 @@ class Trainer:
                     out["completion_ids"].append([eos])
                     out["logprobs"].append([0.0])
                     out["env_mask"].append([0])
-                out[REWARD_FIELD].append(None if why or n >= len(rewards) else rewards[n])
+                out[REWARD_FIELD].append(rewards[n] if n < len(rewards) else None)
         return out
 
     @staticmethod
@@ -571,6 +622,8 @@ class Trainer:
             "synthetic_groups": state.synthetic_groups,
             "dropped_groups": state.dropped_groups,
             **{f"dropped/{why}": n for why, n in sorted(state.dropped.items())},
+            "flat_groups": state.flat_groups,
+            "resampled_groups": state.resampled_groups,
             **{f"rollout/cut/{reason}": n for reason, n in sorted(state.cut_episodes.items())},
             "eval_real_transitions": state.eval_real_steps,
             "policy_id": self.policy.policy_id,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -304,6 +305,52 @@ def test_evaluation_counts_real_transitions_exactly(toy_chat: tuple[Any, Any], t
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if line["kind"] == "eval"]
     assert [line["real_transitions"] for line in evals] == [0, result.state.real_steps]
+
+
+NEVER = Task(task_id="toy/never", instruction='Enter "Ana" and press Submit.', site="toy")
+"""A task no episode ever succeeds at: every group of it is flat."""
+
+
+class CoinFormEnv(ToyFormEnv):
+    """One step per episode; on TASK every second reset (per task) wins, on NEVER none does.
+
+    A group of TASK therefore always has spread (its resets are consecutive), a group of NEVER never.
+    """
+
+    resets: ClassVar[dict[str, int]] = {}
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        CoinFormEnv.resets[task.task_id] = CoinFormEnv.resets.get(task.task_id, 0) + 1
+        self.win = task.task_id == TASK.task_id and CoinFormEnv.resets[task.task_id] % 2 == 0
+        return await super().reset(task, seed=seed)
+
+    async def step(self, action: Any) -> Any:
+        result = await super().step(action)
+        return dataclasses.replace(result, reward=float(self.win), terminated=True)
+
+
+@pytest.mark.parametrize("rounds", [0, 1])
+def test_flat_groups_are_replaced_by_fresh_draws(toy_chat: tuple[Any, Any], tmp_path: Path, rounds: int) -> None:
+    """Dynamic sampling: a group with no reward spread is played again as another task; its steps still count."""
+    CoinFormEnv.resets = {}
+    config = TrainConfig(mode="mixed", real_share=1.0, updates=1, group_size=4, groups_per_update=2,
+                         resample_flat=rounds, output_dir=tmp_path / "run", report_to=())  # fmt: skip
+    trainer = Trainer(config, policy=make_policy(toy_chat), tasks=[TASK, NEVER],
+                      open_sides=sides_opener(tmp_path, real=CoinFormEnv), train_seeds=TRAIN_SEEDS)  # fmt: skip
+    result = trainer.train()
+
+    state = result.state
+    assert (state.flat_groups, state.resampled_groups, state.real_groups) == (1, rounds, 2 + rounds)
+    _, steps = anyio.run(stored, tmp_path / "store")
+    assert state.real_steps == len(steps) == 4 * (2 + rounds)  # the replaced group's steps were consumed too
+    trained = [s.task_id for s in steps if s.group_id.endswith("r1")]
+    assert trained == [TASK.task_id] * 4 * rounds  # the replacement avoided the task that came back flat
+    rewards = trainer.last_rollout["dreamgym_reward"]
+    groups = [rewards[n : n + 4] for n in range(0, 8, 4)]
+    spread = [max(g) > min(g) for g in groups]
+    assert spread.count(True) == 1 + rounds  # what TRL trains on: every group with a signal when resampled
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["resampled_groups"] == rounds and lines[-1]["flat_groups"] == 1
 
 
 class ContractTrainer(Trainer):
