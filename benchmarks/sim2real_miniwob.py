@@ -190,6 +190,7 @@ def _run(args: argparse.Namespace, *, arm: str, seed: int) -> dict[str, Any]:
         real_share={"real": 1.0, "mixed": args.mixed_share}.get(arm, 0.25),
         switch_at=args.updates - _updates_on_real(args) if arm == "sim2real" else 0,
         eval_every=args.eval_every,
+        resample_flat=args.resample_flat,
         seed=seed,
         report_to=(),
     )

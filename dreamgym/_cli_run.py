@@ -35,9 +35,7 @@ def add_run_commands(commands: Any) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", type=Path, required=True, help="replay store (created if missing)")
     parser.add_argument("--tasks", default="demo", help=RUN_TASKS_HELP)
-    parser.add_argument("--site", action="append", default=[], metavar="NAME=URL",
-                        help="fills the placeholder __NAME__ of webarena: configs (default: the environment's "
-                             "SHOPPING, ..., WA_SHOPPING, ...); repeatable")  # fmt: skip
+    add_site_argument(parser)
     parser.add_argument("--seeds", default="0-3", help="seeds, e.g. '0-9' or '1,5,7'; one group per (task, seed)")
     parser.add_argument("--group-size", type=int, default=1, help="episodes per group (G)")
     parser.add_argument("--policy", choices=POLICIES, default="demonstrator")
@@ -115,8 +113,22 @@ def task_names(text: str) -> list[str]:
 
 
 def run_tasks(args: argparse.Namespace) -> tuple[list[Any], bool]:
-    """The tasks of ``--tasks`` (and ``--site``), and whether they have seeds (MiniWoB++ does; a
-    WebArena-format config, on any site, does not: one group per task).
+    """The tasks of ``--tasks`` (and ``--site``), each with ``--max-steps``, and whether they have seeds.
+
+    Raises:
+        UsageError: See :func:`parse_tasks`.
+    """
+    return parse_tasks(args.tasks, args.site, max_steps=args.max_steps)
+
+
+def parse_tasks(spec: str, sites: Sequence[str], *, max_steps: int | None = None) -> tuple[list[Any], bool]:
+    """The tasks a ``--tasks`` value names, and whether they have seeds (MiniWoB++ does; a
+    WebArena-format config, on any site, does not: one group per task, held out by task id).
+
+    Args:
+        spec: ``--tasks``: MiniWoB++ names (:func:`task_names`) or ``webarena:PATH``.
+        sites: ``--site NAME=URL`` values filling the configs' ``__NAME__`` placeholders.
+        max_steps: Every task's step limit (``None``: as the task or its config sets it).
 
     Raises:
         UsageError: ``--tasks`` names nothing, a task that does not exist, a config that cannot be read,
@@ -127,7 +139,7 @@ def run_tasks(args: argparse.Namespace) -> tuple[list[Any], bool]:
     from dreamgym._cli_train import miniwob_tasks
     from dreamgym.core.errors import ConfigError, UsageError
 
-    spec = args.tasks.strip()
+    spec = spec.strip()
     if spec.startswith("webarena:"):
         from dreamgym.bridge import load_webarena, placeholders, site_urls
 
@@ -140,18 +152,27 @@ def run_tasks(args: argparse.Namespace) -> tuple[list[Any], bool]:
             raise UsageError(f"--tasks {spec!r}: {exc}") from None
         if not tasks:
             raise UsageError(f"--tasks {spec!r}: {path} holds no WebArena-format config")
-        filled = set(site_urls(args.site).urls)
+        filled = set(site_urls(list(sites)).urls)
         for task in tasks:
             if missing := sorted(placeholders(task) - filled):
                 raise UsageError(f"task {task.task_id} uses __{missing[0]}__, which nothing fills: give "
                                  f"--site {missing[0].lower()}=URL (or set {missing[0]})")  # fmt: skip
-        return [msgspec.structs.replace(task, max_steps=args.max_steps) for task in tasks], False
+        if max_steps is not None:
+            tasks = [msgspec.structs.replace(task, max_steps=max_steps) for task in tasks]
+        return tasks, False
     try:
-        return miniwob_tasks(task_names(spec), args.max_steps), True
+        return miniwob_tasks(task_names(spec), max_steps or 0), True
     except UsageError:
         raise
     except ConfigError as exc:
-        raise UsageError(f"--tasks {args.tasks!r}: {exc}") from None
+        raise UsageError(f"--tasks {spec!r}: {exc}") from None
+
+
+def add_site_argument(parser: argparse.ArgumentParser) -> None:
+    """``--site NAME=URL``, the same in every command that takes ``--tasks``."""
+    parser.add_argument("--site", action="append", default=[], metavar="NAME=URL",
+                        help="fills the placeholder __NAME__ of webarena: configs (default: the environment's "
+                             "SHOPPING, ..., WA_SHOPPING, ...); repeatable")  # fmt: skip
 
 
 def check_run_arguments(args: argparse.Namespace) -> None:

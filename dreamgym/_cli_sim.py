@@ -9,6 +9,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from dreamgym._cli_run import RUN_TASKS_HELP, add_site_argument
+
 __all__ = ["add_sim_commands"]
 
 
@@ -33,6 +35,13 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--teacher-model", default=None, help="the teacher's model name")
     train.add_argument("--hold-out", action="append", default=[], metavar="TASK[:SEED]",
                        help="leave a (task, seed) out of examples and retrieval; repeatable")  # fmt: skip
+    train.add_argument(
+        "--tasks",
+        default=None,
+        help=f"train on these tasks only ({RUN_TASKS_HELP}); the store's other tasks are held out of examples "
+        "and retrieval, and the model's metadata lists them (default: all)",
+    )
+    add_site_argument(train)
     train.set_defaults(run=_run_train)
 
     default = sub.add_parser("build-default", help="collect MiniWoB++ and train the offline default model")
@@ -75,6 +84,22 @@ def _hold_outs(values: list[str]) -> list[tuple[str, int | None]]:
     return pairs
 
 
+async def _others(store: Any, selected: set[str], spec: str) -> list[tuple[str, None]]:
+    """Every task of the store's real episodes outside ``selected``, each held out whole.
+
+    Raises:
+        UsageError: The store holds no real episode of the selected tasks.
+    """
+    from dreamgym.core.errors import UsageError
+    from dreamgym.simulator import real_episodes
+
+    stored = {steps[0].task_id for steps in await real_episodes(store)}
+    if not stored & selected:
+        shown = ", ".join(sorted(stored)[:5]) or "nothing"
+        raise UsageError(f"--tasks {spec!r}: the store holds no real episode of these tasks (it holds {shown})")
+    return [(task_id, None) for task_id in sorted(stored - selected)]
+
+
 def _base(name: str) -> str:
     if name == "smollm2":
         from dreamgym.offline import smollm2_checkpoint
@@ -97,6 +122,11 @@ def _run_train(args: argparse.Namespace) -> int:
     )
 
     held_out = _hold_outs(args.hold_out)
+    selected = None
+    if args.tasks is not None:  # checked before the store is opened
+        from dreamgym._cli_run import parse_tasks
+
+        selected = {task.task_id for task in parse_tasks(args.tasks, args.site)[0]}
     teacher = None
     if args.teacher_url:
         teacher = OpenAIBackend(model=args.teacher_model or "teacher", base_url=args.teacher_url)
@@ -110,6 +140,8 @@ def _run_train(args: argparse.Namespace) -> int:
 
     async def examples() -> list[Any]:
         async with _open_store(args.store, readonly=True) as store:
+            if selected is not None:
+                held_out.extend(await _others(store, selected, args.tasks))
             reasoning = None
             if teacher is not None:
                 from dreamgym.simulator import real_episodes

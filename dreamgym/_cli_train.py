@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_run import RUN_TASKS_HELP
+from dreamgym._cli_run import RUN_TASKS_HELP, add_site_argument
 
 __all__ = ["add_train_command", "miniwob_tasks"]
 
@@ -25,8 +25,7 @@ def add_train_command(commands: Any) -> None:
     train.add_argument("--eval-tasks", default=None,
                        help="held-out tasks, in --tasks' grammar (default: --tasks on --eval-seeds); tasks without "
                             "seeds (webarena:) are held out by task id, so these must be other tasks")  # fmt: skip
-    train.add_argument("--site", action="append", default=[], metavar="NAME=URL",
-                       help="fills the placeholder __NAME__ of webarena: configs; repeatable")  # fmt: skip
+    add_site_argument(train)
     train.add_argument("--train-seeds", default="0-23", help="seeds groups start from, e.g. '0-23'")
     train.add_argument("--eval-seeds", default="1000-1004", help="held-out seeds ('' for no evaluation)")
     train.add_argument("--updates", type=int, default=20, help="policy updates")
@@ -67,7 +66,7 @@ def miniwob_tasks(names: list[str], max_steps: int) -> list[Any]:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from dreamgym._cli_run import parse_seeds, run_tasks
+    from dreamgym._cli_run import parse_seeds, parse_tasks, run_tasks
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
     from dreamgym.core.errors import ConfigError, UsageError
     from dreamgym.offline import smollm2_checkpoint
@@ -81,7 +80,7 @@ def _run_train(args: argparse.Namespace) -> int:
     eval_seeds = parse_seeds(args.eval_seeds) if args.eval_seeds.strip() else []
     eval_tasks = tasks
     if args.eval_tasks is not None:
-        eval_tasks, _ = run_tasks(argparse.Namespace(tasks=args.eval_tasks, site=args.site, max_steps=args.max_steps))
+        eval_tasks, _ = parse_tasks(args.eval_tasks, args.site, max_steps=args.max_steps)
     if not seeded:  # held out by task id: a seed means nothing to these tasks
         if args.eval_tasks is None and eval_seeds:
             raise UsageError("these tasks have no seeds, so held-out means other tasks: give --eval-tasks "

@@ -16,6 +16,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+from dreamgym._cli_run import RUN_TASKS_HELP, add_site_argument
+
 __all__ = ["add_validate_command"]
 
 
@@ -43,6 +45,13 @@ def add_validate_command(commands: Any) -> None:
         help="validate only these pairs and keep them out of retrieval; repeatable",
     )
     parser.add_argument(
+        "--tasks",
+        default=None,
+        help=f"validate only these tasks ({RUN_TASKS_HELP}); tasks without seeds (webarena:) are also kept out "
+        "of retrieval whole (default: every task of --store)",
+    )
+    add_site_argument(parser)
+    parser.add_argument(
         "--limit", type=int, default=0, help="at most this many steps, whole episodes spread over the tasks (0: all)"
     )
     parser.add_argument("--open-loop", type=int, default=0, metavar="K", help="drift curve to depth K (0: none)")
@@ -67,6 +76,15 @@ def _run_validate(args: argparse.Namespace) -> int:
     from dreamgym.simulator import read_metadata
     from dreamgym.validate import write_report
 
+    named: list[tuple[str, int | None]] = []
+    named_out: list[tuple[str, int | None]] = []
+    if args.tasks is not None:  # checked before anything is opened
+        from dreamgym._cli_run import parse_tasks
+
+        tasks, seeded = parse_tasks(args.tasks, args.site)
+        named = [(task.task_id, None) for task in tasks]
+        if not seeded:  # one start per task: any other episode of it would leak its pages
+            named_out = list(named)
     model_dir = default_model_dir() if args.model == "default" else Path(args.model).expanduser()
     if args.store is None:
         if args.model != "default":
@@ -77,7 +95,8 @@ def _run_validate(args: argparse.Namespace) -> int:
         trained_on = Path(meta.get("store") or args.store).expanduser()
         args.retrieval = trained_on if (trained_on / "data.mdb").exists() else args.store
     chosen = _hold_outs(args.held_out)
-    held_out = [*chosen, *((task, seed) for task, seed in meta.get("held_out", []))]
+    held_out = list(dict.fromkeys([*chosen, *named_out, *((task, seed) for task, seed in meta.get("held_out", []))]))
+    chosen += named
     if args.judge_url and not args.judge_model:
         raise ConfigError("--judge-url needs --judge-model, the model name the judge's server serves")
 
@@ -114,6 +133,11 @@ async def _validate(
         steps = [decode_record(data, Step) for _, data in records]
         if chosen:
             steps = [s for s in steps if any(s.task_id == t and seed in (None, s.seed) for t, seed in chosen)]
+            if not any(s.source == "real" for s in steps):
+                from dreamgym.core.errors import UsageError
+
+                asked = ", ".join(t if seed is None else f"{t}:{seed}" for t, seed in chosen[:5])
+                raise UsageError(f"{args.store} holds no real step of {asked} (--tasks, --held-out)")
         model = load_experience_model(model_dir, sampling=Sampling(max_new_tokens=args.max_new_tokens))
         variants = None
         if args.ablations:

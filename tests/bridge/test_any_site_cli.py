@@ -53,31 +53,56 @@ def test_an_unfilled_placeholder_names_the_flag_that_fills_it(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_train_on_a_users_own_site_holds_out_other_tasks(
+@pytest.mark.timeout(900)
+def test_every_job_on_a_users_own_site_with_the_same_task_arguments(
     tmp_path: Path, site_url: str, tiny_models: tuple[Path, Path]
 ) -> None:
-    """Real-only GRPO, one update, on the shop's tasks 1-2, evaluated on its task 3: tasks without seeds are
-    held out by task id."""
+    """collect (all three shop tasks), sim train (tasks 1-2), validate (task 3) and train (tasks 1-2, evaluated on
+    task 3), each with the same --tasks/--site grammar: tasks without seeds are held out by task id throughout."""
     policy, _ = tiny_models
-    common = ("train", "--mode", "mixed", "--real-share", "1", "--store", str(tmp_path / "store"),
-              "--out", str(tmp_path / "run"), "--tasks", f"webarena:{CONFIGS}", "--site", f"shop={site_url}",
+    site, store = ("--site", f"shop={site_url}"), tmp_path / "store"
+    train_tasks, eval_tasks = f"webarena:{CONFIGS}", f"webarena:{CONFIGS.parent / 'eval.json'}"
+    dreamgym("collect", "--store", str(store), "--tasks", f"webarena:{CONFIGS.parent}", *site, "--policy", "random",
+             "--group-size", "2", "--max-steps", "2", "--embedder", "hashing-64")  # fmt: skip
+    assert anyio.run(tasks_of, store) == {"webarena/1", "webarena/2", "webarena/3"}
+
+    model = tmp_path / "sim"
+    refused = dreamgym("sim", "train", str(store), "-o", str(model), "--tasks", "webarena:/nowhere.json", *site,
+                       check=False)  # fmt: skip
+    assert refused.returncode == 2 and "no config file" in refused.stderr and not model.exists()
+    out = dreamgym("sim", "train", str(store), "-o", str(model), "--tasks", train_tasks, *site, "--epochs", "1",
+                   "--max-steps", "1").stdout  # fmt: skip
+    assert "on 8 examples" in out  # two episodes of two steps for each of tasks 1 and 2, none of task 3
+    assert json.loads((model / "dreamgym_model.json").read_text())["held_out"] == [["webarena/3", None]]
+
+    report = tmp_path / "validation"
+    refused = dreamgym("validate", "--store", str(store), "--model", str(model), "--tasks", "click-button",
+                       "--out", str(report), check=False)  # fmt: skip
+    assert refused.returncode == 2 and "holds no real step of miniwob/click-button" in refused.stderr
+    dreamgym("validate", "--store", str(store), "--model", str(model), "--tasks", eval_tasks, *site,
+             "--max-new-tokens", "16", "--out", str(report))  # fmt: skip
+    validation = json.loads((report / "validation.json").read_text())
+    assert (validation["tasks"], validation["episodes"]) == (1, 2)
+    assert validation["settings"]["exclude_task_seeds"] == [["webarena/3", None]]
+
+    common = ("train", "--mode", "mixed", "--real-share", "1", "--store", str(tmp_path / "train-store"),
+              "--out", str(tmp_path / "run"), "--tasks", train_tasks, *site,
               "--policy-model", str(policy), "--lora-r", "0", "--max-steps", "2")  # fmt: skip
     for extra, says in (
         ((), "give --eval-tasks"),
-        (("--eval-tasks", f"webarena:{CONFIGS}"), "shares webarena/1 with --tasks"),
+        (("--eval-tasks", train_tasks), "shares webarena/1 with --tasks"),
     ):
         refused = dreamgym(*common, *extra, check=False)
         assert refused.returncode == 2 and says in refused.stderr, refused.stderr
-    assert not (tmp_path / "store").exists()
-    result = json.loads(dreamgym(*common, "--eval-tasks", f"webarena:{CONFIGS.parent / 'eval.json'}", "--updates",
-                                 "1", "--group-size", "2", "--groups-per-update", "1", "--json").stdout)  # fmt: skip
+    assert not (tmp_path / "train-store").exists()
+    result = json.loads(dreamgym(*common, "--eval-tasks", eval_tasks, "--updates", "1", "--group-size", "2",
+                                 "--groups-per-update", "1", "--json").stdout)  # fmt: skip
     assert result["update"] == 1 and result["real_steps"] > 0 and result["real_groups"] == 1
     assert [(e["update"], e["episodes"] + e["cut"]) for e in result["evaluations"]] == [(0, 1), (1, 1)]
-
-    async def tasks_of(path: Path) -> set[str]:
-        async with LmdbReplayStore(path, readonly=True) as opened:
-            return {decode_record(raw, Episode).task_id for _, raw in opened.iter_records("episodes")}
-
     assert anyio.run(tasks_of, tmp_path / "run" / "eval-store") == {"webarena/3"}
-    assert anyio.run(tasks_of, tmp_path / "store") <= {"webarena/1", "webarena/2"}
+    assert anyio.run(tasks_of, tmp_path / "train-store") <= {"webarena/1", "webarena/2"}
+
+
+async def tasks_of(path: Path) -> set[str]:
+    async with LmdbReplayStore(path, readonly=True) as opened:
+        return {decode_record(raw, Episode).task_id for _, raw in opened.iter_records("episodes")}
