@@ -41,7 +41,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=POLICIES, default="demonstrator")
     parser.add_argument("--policy-model", default=None, help="model directory (local) or model name (chat)")
     parser.add_argument("--openai-url", default=None, help="OpenAI-compatible /v1 URL for --policy chat")
-    parser.add_argument("--temperature", type=float, default=1.0, help="the local chooser's temperature")
+    served = parser.add_argument_group("a served policy (--policy chat)")
+    served.add_argument("--max-new-tokens", type=int, default=512, help="token budget of each answer")
+    served.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                        help="a stop string the server ends answers at (default: </action>); repeatable, at most 4")  # fmt: skip
+    served.add_argument("--timeout", type=float, default=120.0, help="seconds each request may take")
+    served.add_argument("--server-concurrency", type=int, default=8, help="requests in flight at once")
+    parser.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature")
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=2, help="real episodes (browser contexts) at once")
     parser.add_argument("--embedder", default=None, help="embedder of a new store (default: MiniLM when installed)")
@@ -185,6 +191,13 @@ def check_run_arguments(args: argparse.Namespace) -> None:
 
     parse_seeds(args.seeds)
     tasks, _ = run_tasks(args)
+    if getattr(args, "policy", None) == "chat":
+        if not args.policy_model:
+            raise UsageError("--policy chat needs --policy-model NAME (and --openai-url for a local server)")
+        if args.max_new_tokens < 1 or args.timeout <= 0 or args.server_concurrency < 1:
+            raise UsageError("--max-new-tokens and --server-concurrency must be >= 1 and --timeout above 0")
+        if args.stop is not None and len(args.stop) > 4:
+            raise UsageError(f"--stop: OpenAI-compatible servers take at most 4 stop strings, got {len(args.stop)}")
     if getattr(args, "policy", None) == "demonstrator":
         from dreamgym.bridge.demonstrators import DEMONSTRATORS
 
@@ -212,7 +225,14 @@ def _policy(args: argparse.Namespace, limiter: Any) -> Any:
 
         if not args.policy_model:
             raise ConfigError("--policy chat needs --policy-model NAME (and --openai-url for a local server)")
-        return ChatAgent(OpenAIBackend(model=args.policy_model, base_url=args.openai_url))
+        from dreamgym.agents import ChatAgentConfig
+        from dreamgym.core.protocols import Sampling
+
+        backend = OpenAIBackend(model=args.policy_model, base_url=args.openai_url, timeout_s=args.timeout,
+                                max_concurrency=args.server_concurrency)  # fmt: skip
+        stop = tuple(args.stop) if args.stop is not None else ("</action>",)
+        sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens, stop=stop)
+        return ChatAgent(backend, ChatAgentConfig(sampling=sampling))
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
     from dreamgym.offline import smollm2_checkpoint
 

@@ -43,6 +43,8 @@ class ServerState:
     """The next N requests are never answered (their handlers wait until the server stops)."""
     retry_after: str | None = None
     """A ``Retry-After`` header sent with the injected ``fail_next`` errors."""
+    error_body: dict[str, Any] | None = None
+    """The body of the injected ``fail_next`` errors (default: OpenAI's ``{"error": {...}}`` shape)."""
     in_flight: int = 0
     max_in_flight: int = 0
     """The most requests the server was working on at once."""
@@ -141,7 +143,8 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
                 return None
             if (status := state.take_failure()) is not None:
                 headers = {"Retry-After": state.retry_after} if state.retry_after is not None else {}
-                return status, {"error": {"message": f"injected {status}", "type": "server_error"}}, headers
+                body = state.error_body or {"error": {"message": f"injected {status}", "type": "server_error"}}
+                return status, body, headers
             if self.path == "/v1/chat/completions":
                 return 200, _chat_reply(state, body), {}
             if self.path == "/v1/embeddings":

@@ -264,3 +264,31 @@ def test_a_job_whose_every_episode_failed_exits_non_zero_saying_why(tmp_path: Pa
     last = result.stderr.strip().splitlines()[-1]
     assert "every one of the 2 episodes was ended by the infrastructure" in last and "2 backend" in last
     assert "Connection error" in last
+
+
+def test_a_served_policy_takes_its_settings_and_the_servers_error_reaches_the_user(tmp_path: Path) -> None:
+    """A real OpenAI-compatible server on 127.0.0.1: the chat policy's budget, stop strings and timeout come from
+    the command line; a refusal in the server's own words (FastAPI's ``detail``) is what the user reads."""
+    from openai_server import ServerState, openai_server
+
+    store = tmp_path / "store"
+    common = ("collect", "--store", str(store), "--tasks", "click-test", "--seeds", "0", "--policy", "chat",
+              "--policy-model", "smollm2", "--max-steps", "1", "--embedder", "hashing-64")  # fmt: skip
+    refused = dreamgym(*common, "--stop", "a", "--stop", "b", "--stop", "c", "--stop", "d", "--stop", "e",
+                       check=False)  # fmt: skip
+    assert refused.returncode == 2 and "at most 4 stop strings" in refused.stderr and not store.exists()
+
+    state = ServerState(chat_replies=["<action>click [e1]</action>"])
+    with openai_server(state) as (url, _):
+        dreamgym(*common, "--openai-url", url, "--max-new-tokens", "77", "--stop", "</action>", "--stop", "END",
+                 "--timeout", "30")  # fmt: skip
+    request = state.requests[0]
+    assert (request["max_tokens"], request["stop"]) == (77, ["</action>", "END"])
+
+    pinned = "Server is pinned to HuggingFaceTB/SmolLM2-135M-Instruct; requested 'smollm2'"
+    state = ServerState(fail_next=[400], error_body={"detail": pinned})
+    with openai_server(state) as (url, _):
+        result = dreamgym(*common, "--seeds", "1", "--openai-url", url, check=False)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "every one of the 1 episodes" in last and f"HTTP 400: {pinned}" in last

@@ -9,6 +9,7 @@ server costs (attempts, waits, the final error) is defined and tested.
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import os
@@ -38,13 +39,31 @@ _MAX_RETRY_AFTER_S = 60.0
 _CLOSE_GRACE_S = 5.0
 
 _FIXES = {
-    400: "the server rejected the request; check the prompt length against the model's context and the sampling",
+    400: "the server rejected the request; its message says why (often a prompt past the model's context)",
     401: "check api_key (or OPENAI_API_KEY)",
     403: "check that api_key may use this model",
     404: "check the model name and that base_url ends in /v1",
     413: "the prompt is too large for the server; shorten it",
     422: "the server rejected a parameter; check the sampling settings and extra_body",
 }
+
+
+_MAX_MESSAGE_CHARS = 500
+
+
+def _server_message(exc: APIStatusError) -> str:
+    """What the server said, whatever shape its error body has (OpenAI's, FastAPI's ``detail``, plain text)."""
+    body: Any = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            inner = inner.get("message") or inner.get("detail") or inner
+        body = inner
+    if body is None or body == "":
+        body = exc.response.text.strip() or exc.message
+    text = body if isinstance(body, str) else json.dumps(body)
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE_CHARS else text[: _MAX_MESSAGE_CHARS - 1] + "…"
 
 
 class _TransientError(Exception):
@@ -210,7 +229,7 @@ class OpenAIBackend:
 
     def _status_error(self, exc: APIStatusError) -> Exception:
         status = exc.status_code
-        reason = f"HTTP {status}: {exc.message}"
+        reason = f"HTTP {status}: {_server_message(exc)}"
         if status in (408, 429) or status >= 500:
             return _TransientError(reason, retry_after_s=_retry_after_s(exc.response.headers))
         fix = _FIXES.get(status, "the server refused the request; see its message")
