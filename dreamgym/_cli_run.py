@@ -44,7 +44,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     served = parser.add_argument_group("a served policy (--policy chat)")
     served.add_argument("--max-new-tokens", type=int, default=512, help="token budget of each answer")
     served.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                        help="a stop string the server ends answers at (default: </action>); repeatable, at most 4")  # fmt: skip
+                        help="a stop string the server ends answers at (default: </action>); repeatable, "
+                             "at most 4")  # fmt: skip
     served.add_argument("--timeout", type=float, default=120.0, help="seconds each request may take")
     served.add_argument("--server-concurrency", type=int, default=8, help="requests in flight at once")
     parser.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature")

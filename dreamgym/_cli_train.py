@@ -14,11 +14,22 @@ from dreamgym._cli_run import RUN_TASKS_HELP, add_site_argument
 __all__ = ["add_train_command", "miniwob_tasks"]
 
 
-def add_train_command(commands: Any) -> None:
-    """Register ``train`` on the CLI's subparsers."""
+COMMAND_DEFAULTS: dict[str, Any] = {"updates": 20}
+"""What the command line gives a required ``TrainConfig`` field unless told (every other default is the field's)."""
+
+
+def add_train_command(commands: Any, *, config_flags: bool = True) -> None:
+    """Register ``train`` on the CLI's subparsers.
+
+    Every :class:`~dreamgym.trainer.TrainConfig` field is a flag, its docstring
+    the help (``--lr`` is ``--learning-rate``, ``--out`` is ``--output-dir``);
+    ``config_flags=False`` leaves them out, so a command line that is not
+    running ``train`` does not import the trainer.
+    """
     train = commands.add_parser("train", help="train a local policy with GRPO: synthetic, mixed or sim2real")
-    train.add_argument("--mode", choices=("synthetic", "mixed", "sim2real"), required=True)
-    train.add_argument("--out", type=Path, required=True, help="run directory: checkpoints, metrics, TensorBoard")
+    train.add_argument("--config", type=Path, default=None,
+                       help="a JSON or TOML file of TrainConfig fields (e.g. updates = 40, [lora] r = 8); "
+                            "flags override it")  # fmt: skip
     train.add_argument("--store", type=Path, required=True, help="training store; collect real steps into it first")
     train.add_argument("--eval-store", type=Path, default=None, help="held-out episodes' store (OUT/eval-store)")
     train.add_argument("--tasks", default="click-tab,click-checkboxes,enter-text", help=RUN_TASKS_HELP)
@@ -28,14 +39,6 @@ def add_train_command(commands: Any) -> None:
     add_site_argument(train)
     train.add_argument("--train-seeds", default="0-23", help="seeds groups start from, e.g. '0-23'")
     train.add_argument("--eval-seeds", default="1000-1004", help="held-out seeds ('' for no evaluation)")
-    train.add_argument("--updates", type=int, default=20, help="policy updates")
-    train.add_argument("--switch-at", type=int, default=0, help="sim2real: synthetic updates before the switch")
-    train.add_argument("--real-share", type=float, default=0.25, help="mixed: share of real groups")
-    train.add_argument("--group-size", type=int, default=4, help="G: episodes per group")
-    train.add_argument("--groups-per-update", type=int, default=2)
-    train.add_argument("--lr", type=float, default=1e-5, help="learning rate")
-    train.add_argument("--beta", type=float, default=0.0, help="KL coefficient")
-    train.add_argument("--lora-r", type=int, default=16, help="LoRA rank; 0 trains every weight")
     train.add_argument("--max-steps", type=int, default=6, help="step limit of an episode")
     train.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature")
     train.add_argument(
@@ -43,15 +46,56 @@ def add_train_command(commands: Any) -> None:
         help="index: draw the label token of a listed candidate (adds the labels to a model without them); "
         "generate: sample a tagged reply. A chooser is not trainable",
     )  # fmt: skip
-    train.add_argument("--eval-every", type=int, default=0, help="evaluate every N updates (and at start and end)")
-    train.add_argument("--save-every", type=int, default=0, help="checkpoint every N updates (and at the end)")
-    train.add_argument("--sim-refit-every", type=int, default=0, help="refit the experience model every N updates")
     train.add_argument("--policy-model", type=Path, default=None, help="chat model directory (default: SmolLM2-135M)")
     train.add_argument("--sim-model", default="default", help="experience model directory, or 'default'")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--curriculum-url", default=None,
+                       help="OpenAI-compatible /v1 URL of the model that varies tasks (with --curriculum)")  # fmt: skip
+    train.add_argument("--curriculum-model", default=None, help="that model's name")
     train.add_argument("--no-resume", action="store_true", help="start afresh even if OUT has checkpoints")
     train.add_argument("--json", action="store_true", help="print the result as JSON")
+    if config_flags:
+        from dreamgym._cli_config import add_config_flags
+        from dreamgym.trainer._config import TrainConfig
+
+        group = train.add_argument_group("training settings (TrainConfig; --config FILE sets the same fields)")
+        add_config_flags(
+            group,
+            TrainConfig,
+            aliases={"learning_rate": ["--lr"], "output_dir": ["--out"]},
+            helps={"output_dir": "run directory: checkpoints, metrics, TensorBoard (required)",
+                   "mode": "synthetic, mixed or sim2real (required)",
+                   "updates": f"policy updates (default: {COMMAND_DEFAULTS['updates']})"},
+        )  # fmt: skip
     train.set_defaults(run=_run_train)
+
+
+def train_config(args: argparse.Namespace) -> Any:
+    """The run's ``TrainConfig``: the command's defaults, then ``--config FILE``, then the flags given.
+
+    ``--lora-r 0`` is ``--no-lora``; ``--lora-r R`` alone sets ``alpha`` to ``2R``.
+
+    Raises:
+        UsageError: No mode or run directory, an unknown or ill-typed setting, or one ``TrainConfig`` refuses.
+    """
+    from dreamgym._cli_config import build_config, given_values, read_config_file
+    from dreamgym.core.errors import ConfigError, UsageError
+    from dreamgym.trainer import TrainConfig
+
+    file_values = read_config_file(args.config) if args.config is not None else {}
+    flags = given_values(args, TrainConfig)
+    lora = flags.get("lora")
+    if isinstance(lora, dict) and lora.get("r") == 0:
+        flags["lora"] = None
+    elif isinstance(lora, dict) and "r" in lora and "alpha" not in lora:
+        lora["alpha"] = 2 * lora["r"]
+    for name, flag in (("mode", "--mode synthetic|mixed|sim2real"), ("output_dir", "--out DIR")):
+        if name not in flags and name not in file_values:
+            raise UsageError(f"give {flag} (or {name} in --config)")
+    where = f"--config {args.config}" if args.config is not None else "train"
+    try:
+        return build_config(TrainConfig, COMMAND_DEFAULTS, file_values, flags, where=where)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def miniwob_tasks(names: list[str], max_steps: int) -> list[Any]:
@@ -72,7 +116,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.sim_default import default_model_dir
-    from dreamgym.trainer import LoraSettings, TrainConfig, Trainer
+    from dreamgym.trainer import Trainer
     from dreamgym.trainer._miniwob import MiniWobSides, held_out, miniwob_sides
 
     tasks, seeded = run_tasks(args)
@@ -93,22 +137,15 @@ def _run_train(args: argparse.Namespace) -> int:
         if seeded
         else tuple((task.task_id, None) for task in eval_tasks)
     )
-    config = TrainConfig(
-        mode=args.mode,
-        updates=args.updates,
-        output_dir=args.out,
-        group_size=args.group_size,
-        groups_per_update=args.groups_per_update,
-        learning_rate=args.lr,
-        beta=args.beta,
-        lora=LoraSettings(r=args.lora_r, alpha=2 * args.lora_r) if args.lora_r else None,
-        real_share=args.real_share if args.mode == "mixed" else 0.25,
-        switch_at=args.switch_at if args.mode == "sim2real" else 0,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        sim_refit_every=args.sim_refit_every,
-        seed=args.seed,
-    )
+    config = train_config(args)
+    curriculum = None
+    if config.curriculum is not None:
+        if not (args.curriculum_url and args.curriculum_model):
+            raise UsageError("--curriculum varies tasks with a chat model: give --curriculum-url URL and "
+                             "--curriculum-model NAME (an OpenAI-compatible server)")  # fmt: skip
+        from dreamgym.simulator import OpenAIBackend
+
+        curriculum = OpenAIBackend(model=args.curriculum_model, base_url=args.curriculum_url)
     sim_model = None
     if config.needs_synthetic:
         sim_model = default_model_dir() if args.sim_model == "default" else Path(args.sim_model)
@@ -120,7 +157,7 @@ def _run_train(args: argparse.Namespace) -> int:
               "(dreamgym collect) to start groups from real pages and ground retrieval.")  # fmt: skip
     policy_dir = args.policy_model or smollm2_checkpoint()
     policy_config = LocalPolicyConfig(
-        mode=args.policy_mode, temperature=args.temperature, seed=args.seed, list_actions=False
+        mode=args.policy_mode, temperature=args.temperature, seed=config.seed, list_actions=False
     )
     policy = LocalPolicy.load(policy_dir, config=policy_config)
     sites = []
@@ -130,11 +167,12 @@ def _run_train(args: argparse.Namespace) -> int:
         sites.append(WebArenaSite(site_urls(args.site)))
     sides = MiniWobSides(
         store=args.store,
-        eval_store=args.eval_store or args.out / "eval-store",
+        eval_store=args.eval_store or config.output_dir / "eval-store",
         sim_model=sim_model,
         exclude_task_seeds=held,
         sites=tuple(sites),
-        refit_dir=args.out / "sim-refits" if args.sim_refit_every else None,
+        refit_dir=config.output_dir / "sim-refits" if config.sim_refit_every else None,
+        curriculum_backend=curriculum,
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=2),
     )
     trainer = Trainer(

@@ -18,7 +18,7 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = _parser()
+    parser = _parser(argv)
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
     if not hasattr(args, "run"):
@@ -39,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``train``'s many settings only when ``argv`` runs ``train`` (they import torch)."""
     parser = argparse.ArgumentParser(prog="dreamgym", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
@@ -80,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
 
     add_run_commands(commands)
     add_sim_commands(commands)
-    add_train_command(commands)
+    command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+    add_train_command(commands, config_flags=command == "train")
     add_validate_command(commands)
     return parser
 

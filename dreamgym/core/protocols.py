@@ -169,10 +169,15 @@ class Sampling:
     """
 
     temperature: float = 0.0
+    """Softmax temperature; 0 is greedy."""
     top_p: float = 1.0
+    """Nucleus sampling: draw from the smallest set of tokens whose probability reaches this."""
     max_new_tokens: int = 512
+    """Token budget of each answer."""
     seed: int | None = None
+    """Seeds each request's sampling where the backend supports it."""
     stop: tuple[str, ...] = ()
+    """Strings the answer ends at (at most four for OpenAI-compatible servers)."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

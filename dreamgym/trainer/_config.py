@@ -20,11 +20,14 @@ class LoraSettings:
     """LoRA adapters through PEFT (``TrainConfig.lora=None`` trains every weight)."""
 
     r: int = 16
+    """The adapters' rank."""
     alpha: int = 32
+    """The adapters' scale numerator (their update is scaled by alpha / r)."""
     dropout: float = 0.0
     """Kept at 0 by default: the policy scores its candidates with the model in training
     mode between updates, and dropout would make the recorded log-probabilities noise."""
     target_modules: tuple[str, ...] | str = "all-linear"
+    """The modules that get adapters: names, or PEFT's ``all-linear``."""
 
     def __post_init__(self) -> None:
         if self.r < 1 or self.alpha < 1:
@@ -58,6 +61,7 @@ class TrainConfig:
     groups_per_update: int = 2
     """Groups (tasks) per update: each update trains on ``groups_per_update x group_size`` episodes."""
     learning_rate: float = 1e-5
+    """The optimizer's learning rate (constant)."""
     beta: float = 0.0
     """KL coefficient against the starting weights (0: no reference model is kept)."""
     loss_type: str = "grpo"
@@ -65,6 +69,7 @@ class TrainConfig:
     epsilon: float = 0.2
     """PPO-style clipping of the update ratio."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this norm."""
     resample_flat: int = 0
     """Dynamic sampling (DAPO's): a group that teaches nothing (its scorable rewards all equal,
     so every advantage is zero, or dropped) is replaced by a fresh group on the same side, a
@@ -73,6 +78,7 @@ class TrainConfig:
     Replaced groups' transitions count as consumed (``real_steps``, ``synthetic_steps``) and
     their rewards still reach the task pool. 0 keeps every group as drawn."""
     lora: LoraSettings | None = field(default_factory=LoraSettings)
+    """LoRA adapters through PEFT; ``None`` trains every weight."""
     real_share: float = 0.25
     """``mixed``: the share of real groups."""
     real_share_schedule: tuple[tuple[int, float], ...] = ()
@@ -94,6 +100,7 @@ class TrainConfig:
     curriculum_every: int = 5
     """Refresh the task pool from the recorded group rewards every N updates."""
     seed: int = 0
+    """Seeds TRL, each update's task and seed draws, and the policy's sampling (from the command line)."""
     report_to: tuple[str, ...] = ("tensorboard",)
     """Loggers besides the JSON lines file (``metrics.jsonl``): any of TRL's ``report_to``
     (``tensorboard``, ``trackio``, ``wandb`` where installed), or ``()``."""

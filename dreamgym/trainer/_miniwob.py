@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from dreamgym.core.protocols import Embedder
+from dreamgym.core.protocols import Embedder, TextBackend
 from dreamgym.runtime import RuntimeConfig
 from dreamgym.trainer._sides import ModelSlot, OpenSides, Sides, sft_refit
 
@@ -42,6 +42,8 @@ class MiniWobSides:
     embedder: Embedder | None = None
     sites: tuple[Site, ...] = ()
     """Sites beside MiniWoB++'s for tasks of other benchmarks (a ``WebArenaSite`` for webarena configs)."""
+    curriculum_backend: TextBackend | None = None
+    """The chat model that varies tasks (``TrainConfig.curriculum``); closed with the run."""
 
 
 def miniwob_sides(settings: MiniWobSides) -> OpenSides:
@@ -68,7 +70,10 @@ def miniwob_sides(settings: MiniWobSides) -> OpenSides:
                 real_env=lambda: BrowserEnv(pool, sites=[site, *settings.sites]),
                 eval_store=eval_store,
                 runtime_config=runtime,
+                curriculum_backend=settings.curriculum_backend,
             )
+            if settings.curriculum_backend is not None and hasattr(settings.curriculum_backend, "aclose"):
+                stack.push_async_callback(settings.curriculum_backend.aclose)
             if settings.sim_model is not None:
                 model = load_experience_model(settings.sim_model, store=store, limiter=limiter)
                 refit = None
