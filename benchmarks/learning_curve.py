@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import functools
 import json
 import logging
 import shlex
@@ -48,6 +49,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def main() -> int:
     args = _arguments()
+    _commit()  # the code that runs, not whatever HEAD is when it ends
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("httpx", "filelock", "urllib3", "transformers", "dreamgym.runtime"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -108,13 +110,13 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, groups_per_update: 
 
 
 def _seeds(text: str) -> list[int]:
-    from dreamgym._cli_run import parse_seeds
+    from dreamgym._cli_common import parse_seeds
 
     return list(parse_seeds(text))
 
 
 def _tasks(args: argparse.Namespace) -> list[Any]:
-    from dreamgym._cli_train import miniwob_tasks
+    from dreamgym.bridge import miniwob_tasks
 
     return miniwob_tasks(args.tasks.split(","), args.max_steps)
 
@@ -335,12 +337,15 @@ def _summary(
     }
 
 
+@functools.cache
 def _commit() -> str:
+    """The commit the run started from (main calls this first), ``+dirty`` if tracked files differed from it."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], capture_output=True).returncode != 0
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return out.stdout.strip()
+    return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def _write(args: argparse.Namespace, result: dict[str, Any]) -> None:

@@ -58,6 +58,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def main() -> int:
     args = _arguments()
+    lc._commit()  # the code that runs, not whatever HEAD is when it ends
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     for noisy in ("httpx", "filelock", "urllib3", "transformers", "dreamgym.runtime"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

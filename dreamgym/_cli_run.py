@@ -8,6 +8,8 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, embedder_named, parse_seeds, run_tasks
+
 __all__ = ["add_run_commands"]
 
 POLICIES = ("demonstrator", "random", "chat", "local")
@@ -52,134 +54,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=2, help="real episodes (browser contexts) at once")
     parser.add_argument("--embedder", default=None, help="embedder of a new store (default: MiniLM when installed)")
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"0-3,7"`` → ``[0, 1, 2, 3, 7]``.
-
-    Raises:
-        UsageError: The text is not numbers and ranges, a range runs backwards, or it names no seed.
-    """
-    from dreamgym.core.errors import UsageError
-
-    seeds: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        low, dash, high = part.partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
-            raise UsageError(f"--seeds {text!r}: write numbers and ranges like 0-9,12")
-        if dash and int(high) < int(low):
-            raise UsageError(f"--seeds {text!r}: the range {part} runs backwards; write {high}-{low}")
-        seeds.extend(range(int(low), int(high) + 1) if dash else [int(low)])
-    if not seeds:
-        raise UsageError(f"--seeds {text!r} names no seed; write numbers and ranges like 0-9,12")
-    return seeds
-
-
-TASKS_HELP = (
-    "MiniWoB++ tasks: names (miniwob:NAME or bare), 'miniwob:all' or 'all' (every task the text action "
-    "space can do), 'demonstrated' (the tasks with a scripted demonstrator) or 'demo'"
-)
-RUN_TASKS_HELP = TASKS_HELP + "; or webarena:PATH, a WebArena-format config file or folder (any site, see --site)"
-
-
-def task_names(text: str) -> list[str]:
-    """The MiniWoB++ task names of ``--tasks``.
-
-    One grammar for every command: comma-separated names, each bare or as
-    ``miniwob:NAME``; ``all`` (or ``miniwob:all``) is every task the text
-    action space can do (:func:`~dreamgym.bridge.miniwob.text_tasks`);
-    ``demonstrated`` the tasks with a scripted demonstrator; ``demo`` the
-    demo's six.
-
-    Raises:
-        UsageError: It names no task, or a site other than MiniWoB++.
-    """
-    from dreamgym.bridge.demonstrators import DEMONSTRATORS
-    from dreamgym.bridge.miniwob import text_tasks
-    from dreamgym.core.errors import UsageError
-
-    named = [name.strip() for name in text.split(",") if name.strip()]
-    if not named:
-        raise UsageError(f"--tasks {text!r} names no task; write names like click-button,enter-text, or all")
-    found: list[str] = []
-    for name in named:
-        site, colon, rest = name.partition(":")
-        if colon and site != "miniwob":
-            raise UsageError(f"--tasks {name!r}: give MiniWoB++ tasks (miniwob:NAME or bare names) here; "
-                             "webarena:PATH runs in collect and rollout")  # fmt: skip
-        name = rest if colon else name
-        if name == "all":
-            found += text_tasks()
-        elif name == "demonstrated":
-            found += sorted(DEMONSTRATORS)
-        elif name == "demo":
-            found += ["click-button", "enter-text", "login-user", "choose-list", "click-checkboxes", "search-engine"]
-        else:
-            found.append(name.removeprefix("miniwob/"))
-    return list(dict.fromkeys(found))
-
-
-def run_tasks(args: argparse.Namespace) -> tuple[list[Any], bool]:
-    """The tasks of ``--tasks`` (and ``--site``), each with ``--max-steps``, and whether they have seeds.
-
-    Raises:
-        UsageError: See :func:`parse_tasks`.
-    """
-    return parse_tasks(args.tasks, args.site, max_steps=args.max_steps)
-
-
-def parse_tasks(spec: str, sites: Sequence[str], *, max_steps: int | None = None) -> tuple[list[Any], bool]:
-    """The tasks a ``--tasks`` value names, and whether they have seeds (MiniWoB++ does; a
-    WebArena-format config, on any site, does not: one group per task, held out by task id).
-
-    Args:
-        spec: ``--tasks``: MiniWoB++ names (:func:`task_names`) or ``webarena:PATH``.
-        sites: ``--site NAME=URL`` values filling the configs' ``__NAME__`` placeholders.
-        max_steps: Every task's step limit (``None``: as the task or its config sets it).
-
-    Raises:
-        UsageError: ``--tasks`` names nothing, a task that does not exist, a config that cannot be read,
-            or a placeholder no ``--site`` (or environment variable) fills.
-    """
-    import msgspec
-
-    from dreamgym._cli_train import miniwob_tasks
-    from dreamgym.core.errors import ConfigError, UsageError
-
-    spec = spec.strip()
-    if spec.startswith("webarena:"):
-        from dreamgym.bridge import load_webarena, placeholders, site_urls
-
-        path = Path(spec.removeprefix("webarena:")).expanduser()
-        if not path.exists():
-            raise UsageError(f"--tasks {spec!r}: no config file or folder at {path}")
-        try:
-            tasks = load_webarena(path)
-        except ConfigError as exc:
-            raise UsageError(f"--tasks {spec!r}: {exc}") from None
-        if not tasks:
-            raise UsageError(f"--tasks {spec!r}: {path} holds no WebArena-format config")
-        filled = set(site_urls(list(sites)).urls)
-        for task in tasks:
-            if missing := sorted(placeholders(task) - filled):
-                raise UsageError(f"task {task.task_id} uses __{missing[0]}__, which nothing fills: give "
-                                 f"--site {missing[0].lower()}=URL (or set {missing[0]})")  # fmt: skip
-        if max_steps is not None:
-            tasks = [msgspec.structs.replace(task, max_steps=max_steps) for task in tasks]
-        return tasks, False
-    try:
-        return miniwob_tasks(task_names(spec), max_steps or 0), True
-    except UsageError:
-        raise
-    except ConfigError as exc:
-        raise UsageError(f"--tasks {spec!r}: {exc}") from None
-
-
-def add_site_argument(parser: argparse.ArgumentParser) -> None:
-    """``--site NAME=URL``, the same in every command that takes ``--tasks``."""
-    parser.add_argument("--site", action="append", default=[], metavar="NAME=URL",
-                        help="fills the placeholder __NAME__ of webarena: configs (default: the environment's "
-                             "SHOPPING, ..., WA_SHOPPING, ...); repeatable")  # fmt: skip
 
 
 def check_run_arguments(args: argparse.Namespace) -> None:
@@ -244,7 +118,6 @@ def _policy(args: argparse.Namespace, limiter: Any) -> Any:
 def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncContextManager[tuple[Any, Any]]:
     """Open the store, the browsers, the policy and (for rollouts) the simulator; yields (runtime, site)."""
     from dreamgym._jobs import open_runtime
-    from dreamgym.cli import _embedder
     from dreamgym.runtime import RuntimeConfig
 
     config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.concurrency)
@@ -258,7 +131,7 @@ def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncConte
         lambda limiter: _policy(args, limiter),
         config,
         sim_model=_sim_model(args.sim_model) if simulator else None,
-        embedder=_embedder(args.embedder),
+        embedder=embedder_named(args.embedder),
         sites=sites,
     )
 

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_run import RUN_TASKS_HELP, add_site_argument
+from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store
 
 __all__ = ["add_sim_commands"]
 
@@ -70,20 +70,6 @@ def _real_steps(store: Any) -> list[Any]:
     return [step for step in steps if step.source == "real"]
 
 
-def _hold_outs(values: list[str]) -> list[tuple[str, int | None]]:
-    from dreamgym.core.errors import ConfigError
-
-    pairs: list[tuple[str, int | None]] = []
-    for value in values:
-        task, _, seed = value.rpartition(":")
-        if not seed.isdigit():  # no seed given: the whole task is held out
-            task, seed = value, ""
-        if not task:
-            raise ConfigError(f"--hold-out {value!r}: write TASK or TASK:SEED")
-        pairs.append((task, int(seed) if seed else None))
-    return pairs
-
-
 async def _others(store: Any, selected: set[str], spec: str) -> list[tuple[str, None]]:
     """Every task of the store's real episodes outside ``selected``, each held out whole.
 
@@ -111,7 +97,6 @@ def _base(name: str) -> str:
 def _run_train(args: argparse.Namespace) -> int:
     import anyio
 
-    from dreamgym.cli import _open_store
     from dreamgym.simulator import (
         OpenAIBackend,
         SimTrainConfig,
@@ -121,10 +106,10 @@ def _run_train(args: argparse.Namespace) -> int:
         train_experience_model,
     )
 
-    held_out = _hold_outs(args.hold_out)
+    held_out = hold_outs(args.hold_out)
     selected = None
     if args.tasks is not None:  # checked before the store is opened
-        from dreamgym._cli_run import parse_tasks
+        from dreamgym._cli_common import parse_tasks
 
         selected = {task.task_id for task in parse_tasks(args.tasks, args.site)[0]}
     teacher = None
@@ -139,7 +124,7 @@ def _run_train(args: argparse.Namespace) -> int:
     )  # fmt: skip
 
     async def examples() -> list[Any]:
-        async with _open_store(args.store, readonly=True) as store:
+        async with open_store(args.store, readonly=True) as store:
             if selected is not None:
                 held_out.extend(await _others(store, selected, args.tasks))
             reasoning = None
@@ -170,7 +155,6 @@ def _run_build_default(args: argparse.Namespace) -> int:
 def _run_eval(args: argparse.Namespace) -> int:
     import anyio
 
-    from dreamgym.cli import _open_store
     from dreamgym.core.errors import UsageError
     from dreamgym.sim_default import default_model_dir, default_store_dir, ensure_held_out
     from dreamgym.simulator import load_experience_model, one_step_fidelity, read_metadata
@@ -180,7 +164,7 @@ def _run_eval(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--held-out {value}: give TASK[:SEED] pairs here; the store of steps to predict is --steps"
             )
-    chosen = _hold_outs(args.held_out)
+    chosen = hold_outs(args.held_out)
     defaults = args.model == "default" and args.store is None
     if args.steps is None and not defaults:
         raise UsageError("give --steps STORE, the real steps to predict (only the offline default has its own)")
@@ -198,9 +182,9 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     async def go() -> dict[str, Any]:
         async with AsyncExitStack() as stack:
-            store = await stack.enter_async_context(_open_store(args.store, readonly=True))
+            store = await stack.enter_async_context(open_store(args.store, readonly=True))
             same = args.steps.resolve() == args.store.resolve()
-            real = store if same else await stack.enter_async_context(_open_store(args.steps, readonly=True))
+            real = store if same else await stack.enter_async_context(open_store(args.steps, readonly=True))
             steps = await anyio.to_thread.run_sync(_real_steps, real)
             if not steps:
                 raise UsageError(f"--steps {args.steps} holds no real steps to predict")

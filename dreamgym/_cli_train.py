@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_run import RUN_TASKS_HELP, add_site_argument
+from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument
 
-__all__ = ["add_train_command", "miniwob_tasks"]
+__all__ = ["add_train_command", "train_config"]
 
 
 COMMAND_DEFAULTS: dict[str, Any] = {"updates": 20}
@@ -98,19 +98,8 @@ def train_config(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def miniwob_tasks(names: list[str], max_steps: int) -> list[Any]:
-    """The MiniWoB++ tasks of these names (a task record needs no running site)."""
-    from dreamgym.bridge import MiniWobSite
-
-    site = MiniWobSite()
-    try:
-        return [site.task(name, max_steps=max_steps) for name in names]
-    finally:
-        site.close()
-
-
 def _run_train(args: argparse.Namespace) -> int:
-    from dreamgym._cli_run import parse_seeds, parse_tasks, run_tasks
+    from dreamgym._cli_common import parse_seeds, parse_tasks, run_tasks
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
     from dreamgym.core.errors import ConfigError, UsageError
     from dreamgym.offline import smollm2_checkpoint

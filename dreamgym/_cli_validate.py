@@ -16,7 +16,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_run import RUN_TASKS_HELP, add_site_argument
+from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store
 
 __all__ = ["add_validate_command"]
 
@@ -70,7 +70,6 @@ def _run_validate(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from dreamgym._cli_sim import _hold_outs
     from dreamgym.core.errors import ConfigError
     from dreamgym.sim_default import default_model_dir, ensure_held_out
     from dreamgym.simulator import read_metadata
@@ -79,7 +78,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     named: list[tuple[str, int | None]] = []
     named_out: list[tuple[str, int | None]] = []
     if args.tasks is not None:  # checked before anything is opened
-        from dreamgym._cli_run import parse_tasks
+        from dreamgym._cli_common import parse_tasks
 
         tasks, seeded = parse_tasks(args.tasks, args.site)
         named = [(task.task_id, None) for task in tasks]
@@ -94,7 +93,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     if args.retrieval is None:
         trained_on = Path(meta.get("store") or args.store).expanduser()
         args.retrieval = trained_on if (trained_on / "data.mdb").exists() else args.store
-    chosen = _hold_outs(args.held_out)
+    chosen = hold_outs(args.held_out)
     held_out = list(dict.fromkeys([*chosen, *named_out, *((task, seed) for task, seed in meta.get("held_out", []))]))
     chosen += named
     if args.judge_url and not args.judge_model:
@@ -118,17 +117,16 @@ async def _validate(
 ) -> Any:
     import anyio
 
-    from dreamgym.cli import _open_store
     from dreamgym.core.protocols import Sampling
     from dreamgym.core.types import Step, decode_record
     from dreamgym.simulator import OpenAIBackend, load_experience_model
     from dreamgym.validate import ValidationConfig, ablation_variants, validate
 
     async with AsyncExitStack() as stack:
-        real = await stack.enter_async_context(_open_store(args.store, readonly=True))
+        real = await stack.enter_async_context(open_store(args.store, readonly=True))
         retrieval = real
         if args.retrieval.resolve() != args.store.resolve():
-            retrieval = await stack.enter_async_context(_open_store(args.retrieval, readonly=True))
+            retrieval = await stack.enter_async_context(open_store(args.retrieval, readonly=True))
         records = await anyio.to_thread.run_sync(lambda: list(real.iter_records("steps")))
         steps = [decode_record(data, Step) for _, data in records]
         if chosen:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dreamgym._cli_common import embedder_named, open_store
+
 __all__ = ["main"]
 
 
@@ -101,23 +103,6 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _embedder(name: str | None) -> Any:
-    if name is None:
-        return None
-    from dreamgym.replay import MiniLMEmbedder, embedder_from_name
-
-    return MiniLMEmbedder() if name.lower() in ("minilm", "all-minilm-l6-v2") else embedder_from_name(name)
-
-
-def _open_store(path: Path, **kwargs: Any) -> Any:
-    from dreamgym.core.errors import StorePathError
-    from dreamgym.replay import LmdbReplayStore
-
-    if kwargs.get("readonly") and not (path / "data.mdb").exists():
-        raise StorePathError(f"no store at {path}")
-    return LmdbReplayStore(path, **kwargs)
-
-
 def _run_stats(args: argparse.Namespace) -> int:
     import dataclasses
     import json
@@ -125,7 +110,7 @@ def _run_stats(args: argparse.Namespace) -> int:
     import anyio
 
     async def go() -> Any:
-        async with _open_store(args.path, readonly=True) as store:
+        async with open_store(args.path, readonly=True) as store:
             return await store.stats()
 
     stats = anyio.run(go)
@@ -171,7 +156,7 @@ def _run_export(args: argparse.Namespace) -> int:
     from dreamgym.replay import export_jsonl
 
     async def go() -> int:
-        async with _open_store(args.path, readonly=True) as store:
+        async with open_store(args.path, readonly=True) as store:
             return await export_jsonl(store, args.output)
 
     lines = anyio.run(go)
@@ -185,7 +170,7 @@ def _run_import(args: argparse.Namespace) -> int:
     from dreamgym.replay import import_jsonl
 
     async def go() -> dict[str, int]:
-        async with _open_store(args.path, embedder=_embedder(args.embedder)) as store:
+        async with open_store(args.path, embedder=embedder_named(args.embedder)) as store:
             counts = await import_jsonl(store, args.input)
             if not args.no_index:
                 await store.flush()
@@ -203,11 +188,11 @@ def _run_reindex(args: argparse.Namespace) -> int:
 
     from dreamgym.replay import StoreConfig
 
-    embedder = _embedder(args.embedder)
+    embedder = embedder_named(args.embedder)
 
     async def go() -> Any:
         # Open with the recorded embedder; reindex switches to the new one.
-        async with _open_store(args.path, config=StoreConfig(auto_index=False)) as store:
+        async with open_store(args.path, config=StoreConfig(auto_index=False)) as store:
             await store.reindex(embedder)
             return await store.stats()
 
@@ -217,7 +202,7 @@ def _run_reindex(args: argparse.Namespace) -> int:
 
 
 def _demo_arguments(demo: argparse.ArgumentParser) -> None:
-    from dreamgym._cli_run import parse_seeds
+    from dreamgym._cli_common import parse_seeds
 
     def seeds(text: str) -> tuple[int, ...]:
         return tuple(parse_seeds(text))
@@ -247,7 +232,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             "max_steps", "train_updates", "learning_rate", "seed", "policy_model")  # fmt: skip
     chosen = {key: value for key in keys if (value := getattr(args, key)) is not None}
     sim_model = None if args.sim_model == "default" else Path(args.sim_model)
-    settings = DemoSettings(out=args.out, sim_model=sim_model, embedder=_embedder(args.embedder), **chosen)
+    settings = DemoSettings(out=args.out, sim_model=sim_model, embedder=embedder_named(args.embedder), **chosen)
     report = run_demo(settings)
     console = Console()
     console.print(summary_table(report))

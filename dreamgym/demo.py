@@ -512,7 +512,7 @@ def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _tasks(settings: DemoSettings) -> list[Task]:
-    from dreamgym._cli_train import miniwob_tasks
+    from dreamgym.bridge import miniwob_tasks
 
     return miniwob_tasks(list(settings.tasks), settings.max_steps)
 

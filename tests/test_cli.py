@@ -117,7 +117,7 @@ def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) 
 
 
 def test_the_task_grammar() -> None:
-    from dreamgym._cli_run import task_names
+    from dreamgym._cli_common import task_names
     from dreamgym.bridge.demonstrators import DEMONSTRATORS
     from dreamgym.bridge.miniwob import EXCLUDED, text_tasks
 

@@ -12,7 +12,15 @@ from dreamgym.bridge.capture import CapturedState, RefMap, render_snapshot
 from dreamgym.bridge.demonstrators import DEMONSTRATORS, MiniWobDemonstrator, demonstrate
 from dreamgym.bridge.env import BrowserEnv, EnvConfig
 from dreamgym.bridge.evaluators import HELPERS, Judge, SiteUrls, evaluate_webarena, helper
-from dreamgym.bridge.miniwob import EXCLUDED, FLIGHT_TASKS, NONDETERMINISTIC, MiniWobSite, all_tasks, text_tasks
+from dreamgym.bridge.miniwob import (
+    EXCLUDED,
+    FLIGHT_TASKS,
+    NONDETERMINISTIC,
+    MiniWobSite,
+    all_tasks,
+    miniwob_tasks,
+    text_tasks,
+)
 from dreamgym.bridge.sites import GenericSite, Site, generic_task, task_config
 from dreamgym.bridge.webarena import (
     SITE_VARIABLES,
@@ -53,6 +61,7 @@ __all__ = [
     "generic_task",
     "helper",
     "load_webarena",
+    "miniwob_tasks",
     "origin_of",
     "placeholders",
     "render_snapshot",

@@ -17,6 +17,7 @@ import functools
 import http.server
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,16 @@ from dreamgym.core.types import Task
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
-__all__ = ["EXCLUDED", "FLIGHT_TASKS", "NONDETERMINISTIC", "MiniWobSite", "all_tasks", "miniwob_html", "text_tasks"]
+__all__ = [
+    "EXCLUDED",
+    "FLIGHT_TASKS",
+    "NONDETERMINISTIC",
+    "MiniWobSite",
+    "all_tasks",
+    "miniwob_html",
+    "miniwob_tasks",
+    "text_tasks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -269,3 +279,16 @@ class MiniWobSite:
             server.server_close()
             if self._thread is not None:
                 self._thread.join()
+
+
+def miniwob_tasks(names: Sequence[str], max_steps: int = 0) -> list[Task]:
+    """The tasks ``miniwob/<name>`` of these names, each with this step limit (a task record needs no browser).
+
+    Raises:
+        ConfigError: No such task, or one the text action space cannot solve.
+    """
+    site = MiniWobSite()
+    try:
+        return [site.task(name, max_steps=max_steps) for name in names]
+    finally:
+        site.close()
