@@ -16,8 +16,9 @@
    moves the weights after it.
 4. Real-only GRPO from there (``Trainer``, mixed mode with every group real;
    groups with no reward spread are played again as other draws, up to
-   ``--resample-flat`` rounds per update), evaluated greedily on ``--held-out-seeds``: each (task, seed) once, at
-   update 0, every ``--eval-every`` updates and at the last.
+   ``--resample-flat`` rounds per update), evaluated greedily (or at
+   ``--eval-temperature``) on ``--held-out-seeds``: each (task, seed) once,
+   at update 0, every ``--eval-every`` updates and at the last.
 5. Write ``OUT/learning_curve.json`` and ``.svg`` (held-out success against
    updates and against real transitions, with 95% Wilson intervals), and with
    ``--commit-results`` the same under ``benchmarks/results/`` with the date,
@@ -77,6 +78,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(".cache/bench/learning-curve"))
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/")
+    parser.add_argument("--eval-temperature", type=float, default=0.0,
+                        help="the held-out evaluations' temperature (0: greedy; the warm start is sized "
+                             "greedily either way)")  # fmt: skip
     return parser.parse_args()
 
 
@@ -259,7 +263,7 @@ def _train(args: argparse.Namespace, tasks: list[Any], model: Any, tokenizer: An
     trainer = Trainer(
         config, policy=_policy(model, tokenizer, args, temperature=args.temperature), tasks=tasks,
         open_sides=miniwob_sides(sides), train_seeds=_seeds(args.train_seeds),
-        eval_seeds=_seeds(args.held_out_seeds), eval_temperature=0.0,
+        eval_seeds=_seeds(args.held_out_seeds), eval_temperature=args.eval_temperature,
     )  # fmt: skip
     result = trainer.train(resume=False)
     invalid = anyio.run(_eval_invalid_rates, root / "eval-store", tasks, [u for u, _ in result.evaluations])
