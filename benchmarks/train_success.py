@@ -81,7 +81,7 @@ async def _windows(path: Path, every: int) -> dict[str, list[dict[str, Any]]]:
         task: [
             {"from_update": start, "episodes": n, "success": round(won / n, 4)}
             for start, (won, n) in sorted(windows.items())
-        ]  # fmt: skip
+        ]
         for task, windows in sorted(counts.items())
     }
 
