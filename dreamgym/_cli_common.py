@@ -79,7 +79,7 @@ def task_names(text: str) -> list[str]:
         site, colon, rest = name.partition(":")
         if colon and site != "miniwob":
             raise UsageError(f"--tasks {name!r}: give MiniWoB++ tasks (miniwob:NAME or bare names) here; "
-                             "webarena:PATH runs in collect and rollout")  # fmt: skip
+                             "or webarena:PATH for a WebArena-format config")  # fmt: skip
         name = rest if colon else name
         if name == "all":
             found += text_tasks()

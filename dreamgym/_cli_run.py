@@ -84,7 +84,6 @@ def check_run_arguments(args: argparse.Namespace) -> None:
 
 
 def _policy(args: argparse.Namespace, limiter: Any) -> Any:
-    from dreamgym.core.errors import ConfigError
 
     if args.policy == "demonstrator":
         from dreamgym.bridge import MiniWobDemonstrator
@@ -95,13 +94,9 @@ def _policy(args: argparse.Namespace, limiter: Any) -> Any:
 
         return RandomExplorer(0)
     if args.policy == "chat":
-        from dreamgym.agents import ChatAgent
-        from dreamgym.simulator import OpenAIBackend
-
-        if not args.policy_model:
-            raise ConfigError("--policy chat needs --policy-model NAME (and --openai-url for a local server)")
-        from dreamgym.agents import ChatAgentConfig
+        from dreamgym.agents import ChatAgent, ChatAgentConfig
         from dreamgym.core.protocols import Sampling
+        from dreamgym.simulator import OpenAIBackend
 
         backend = OpenAIBackend(model=args.policy_model, base_url=args.openai_url, timeout_s=args.timeout,
                                 max_concurrency=args.server_concurrency)  # fmt: skip

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store
+from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store, parse_tasks
 
 __all__ = ["add_sim_commands"]
 
@@ -109,8 +109,6 @@ def _run_train(args: argparse.Namespace) -> int:
     held_out = hold_outs(args.hold_out)
     selected = None
     if args.tasks is not None:  # checked before the store is opened
-        from dreamgym._cli_common import parse_tasks
-
         selected = {task.task_id for task in parse_tasks(args.tasks, args.site)[0]}
     teacher = None
     if args.teacher_url:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument
+from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, parse_seeds, parse_tasks, run_tasks
 
 __all__ = ["add_train_command", "train_config"]
 
@@ -99,7 +99,6 @@ def train_config(args: argparse.Namespace) -> Any:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from dreamgym._cli_common import parse_seeds, parse_tasks, run_tasks
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
     from dreamgym.core.errors import ConfigError, UsageError
     from dreamgym.offline import smollm2_checkpoint

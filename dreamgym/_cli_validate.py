@@ -16,7 +16,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store
+from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store, parse_tasks
 
 __all__ = ["add_validate_command"]
 
@@ -78,8 +78,6 @@ def _run_validate(args: argparse.Namespace) -> int:
     named: list[tuple[str, int | None]] = []
     named_out: list[tuple[str, int | None]] = []
     if args.tasks is not None:  # checked before anything is opened
-        from dreamgym._cli_common import parse_tasks
-
         tasks, seeded = parse_tasks(args.tasks, args.site)
         named = [(task.task_id, None) for task in tasks]
         if not seeded:  # one start per task: any other episode of it would leak its pages

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import embedder_named, open_store
+from dreamgym._cli_common import embedder_named, open_store, parse_seeds
 
 __all__ = ["main"]
 
@@ -202,8 +202,6 @@ def _run_reindex(args: argparse.Namespace) -> int:
 
 
 def _demo_arguments(demo: argparse.ArgumentParser) -> None:
-    from dreamgym._cli_common import parse_seeds
-
     def seeds(text: str) -> tuple[int, ...]:
         return tuple(parse_seeds(text))
 
