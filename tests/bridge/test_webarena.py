@@ -217,7 +217,9 @@ def test_all_812_webarena_configs_and_the_older_examples_load() -> None:
         config = json.loads(task.config_json)
         assert "__" not in urls.resolve(task.start_url)
         assert "__" not in urls.resolve(str(config["eval"].get("reference_url") or ""))
-    with pytest.raises(ConfigError, match="environment variable SHOPPING is not set"):
+    with pytest.raises(
+        ConfigError, match=r"__SHOPPING__, which no site URL fills: give --site shopping=URL \(or set SHOPPING\)"
+    ):
         SiteUrls({}).resolve("__SHOPPING__/x")
 
 
