@@ -86,14 +86,16 @@ def _arguments() -> argparse.Namespace:
 
 def add_policy_arguments(parser: argparse.ArgumentParser, *, groups_per_update: int) -> None:
     """The tasks, seeds, warm start and GRPO settings this script shares with ``sim2real_miniwob.py``."""
-    # tasks whose greedy success varies by seed once warm-started: matching the goal's words to an element
-    # (click-button, click-test-2, click-option, choose-list) beside one that follows the page (enter-password)
-    tasks = "click-button,click-test-2,click-option,choose-list,enter-password"
+    # tasks where the choices the goal names, listed first (agents.goal_first), leave a decision to learn: which
+    # named choice comes when (click-option, choose-list: the option, then Submit; click-checkboxes: each named
+    # box once, then Submit) or which typed text goes where (login-user, enter-password); tasks with one named
+    # choice (click-button, click-test-2, click-tab) are solved by always answering the first label
+    tasks = "click-checkboxes,click-option,choose-list,login-user,enter-password"
     parser.add_argument("--tasks", default=tasks)
     parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
     parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
     parser.add_argument("--train-seeds", default="100-999", help="seeds real groups start from")
-    parser.add_argument("--warm-epochs", default="2,3,4", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-epochs", default="0.25,0.5,1,2", help="warm-start sizes to try, in order")
     parser.add_argument("--warm-lr", type=float, default=1e-3)
     parser.add_argument("--warm-batch", type=int, default=4, help="examples per behaviour-cloning update")
     parser.add_argument("--warm-lm-weight", type=float, default=1.0, help="WarmStartConfig.lm_weight")

@@ -19,9 +19,11 @@ from dreamgym.agents._chat import ChatAgent, ChatAgentConfig
 from dreamgym.agents._local import CandidateScore, LocalPolicy, LocalPolicyConfig
 from dreamgym.agents._model import WeightsVersion, add_index_tokens
 from dreamgym.agents._prompt import (
+    IN_GOAL,
     INDEX_TOKENS,
     AnswerFormat,
     agent_messages,
+    goal_first,
     parse_agent_answer,
     render_observation,
     system_message,
@@ -32,6 +34,7 @@ from dreamgym.agents.explorer import RandomExplorer
 
 __all__ = [
     "INDEX_TOKENS",
+    "IN_GOAL",
     "AnswerFormat",
     "CandidateScore",
     "ChatAgent",
@@ -44,6 +47,7 @@ __all__ = [
     "add_index_tokens",
     "agent_messages",
     "episode_sequence",
+    "goal_first",
     "link_turns",
     "parse_agent_answer",
     "render_observation",

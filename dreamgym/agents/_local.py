@@ -59,7 +59,7 @@ from dreamgym.agents._model import (
     model_digest,
     score_candidates,
 )
-from dreamgym.agents._prompt import INDEX_TOKENS, AnswerFormat, parse_agent_answer, system_message
+from dreamgym.agents._prompt import INDEX_TOKENS, AnswerFormat, goal_first, parse_agent_answer, system_message
 from dreamgym.agents._tokens import ChatTurns, turn_prefix
 from dreamgym.core.actions import candidate_actions, invalid_action, stop
 from dreamgym.core.batching import ThreadBatcher
@@ -282,14 +282,16 @@ class LocalPolicy:
     def choices(self, task: Task, observation: Observation) -> tuple[Action, ...]:
         """The candidate actions an ``index`` or ``choose`` policy picks among on ``observation``.
 
-        An ``index`` policy offers the first :data:`~dreamgym.agents.INDEX_TOKENS`
-        of them; a page without any offers ``stop`` alone.
+        An ``index`` policy offers those the goal names first
+        (:func:`~dreamgym.agents._prompt.goal_first`), then the rest in page
+        order, up to :data:`~dreamgym.agents.INDEX_TOKENS` of them; a page
+        without any offers ``stop`` alone.
         """
         instruction = observation.goal or task.instruction
         state = parse_state(observation.state)
         found = candidate_actions(state, instruction, include_scroll=self.config.include_scroll)
         if self.config.mode == "index":
-            found = found[: len(INDEX_TOKENS)]
+            found = goal_first(found, instruction)[: len(INDEX_TOKENS)]
         return found or (stop(""),)
 
     def _policy_id(self) -> str:

@@ -9,7 +9,14 @@ Two answer formats:
 - ``"action"`` (choosers that score candidates): the answer is one action, bare.
 - ``"index"`` (policies that pick a listed choice): the user message lists the
   page's candidate actions, each behind a label token of :data:`INDEX_TOKENS`
-  (``<a0> click [e5] "Yes"``), and the answer is one label token.
+  (``<a0> click [e5] "Yes"``), and the answer is one label token. The
+  choices the goal names (every word of the element's name, or of the option
+  a ``select`` picks, is a word of the goal) come first and end with
+  :data:`IN_GOAL` (:func:`goal_first`), as a candidate ranker ranks elements
+  before the model picks one (Mind2Web's MindAct): a model trained from
+  scratch on a few hundred pages cannot learn to match strings, a page with
+  more candidates than label tokens keeps the ones the goal names, and what
+  is left to learn is which named choice comes when.
 
 A user message shows optionally the last actions taken, the observation as
 :func:`render_observation` writes it (URL, tabs, focus, the last action's
@@ -28,10 +35,12 @@ from dreamgym.core.types import Action, Observation, Step, Task
 
 __all__ = [
     "INDEX_TOKENS",
+    "IN_GOAL",
     "AnswerFormat",
     "agent_messages",
     "assistant_text",
     "choice_lines",
+    "goal_first",
     "parse_agent_answer",
     "render_observation",
     "system_message",
@@ -46,6 +55,11 @@ INDEX_TOKENS: tuple[str, ...] = tuple(f"<a{n}>" for n in range(64))
 """The label tokens of an ``index`` policy's choices, in order: each must be one token of its
 tokenizer (:func:`dreamgym.agents.add_index_tokens` adds them). A page's candidates past the
 64th are not offered."""
+
+IN_GOAL = "(in goal)"
+"""The mark after an ``index`` choice whose target the goal names (see :func:`choice_lines`)."""
+
+_WORD = re.compile(r"[0-9a-z]+")
 
 _ROLE = (
     "You are a web agent. You see a web page as an accessibility tree, one element per line, "
@@ -127,20 +141,56 @@ def user_message(
     lines.append(render_observation(observation))
     if choices:
         lines.append("Choices:")
-        lines.extend(choice_lines(choices))
+        lines.extend(choice_lines(choices, instruction))
     lines.append(f"Goal: {instruction}")
     return "\n".join(lines)
 
 
-def choice_lines(choices: Sequence[Action]) -> list[str]:
-    """Each choice behind its label token: ``<a0> click [e5] "Yes"``.
+def choice_lines(choices: Sequence[Action], goal: str = "") -> list[str]:
+    """Each choice behind its label token, marked :data:`IN_GOAL` where ``goal`` names its target.
+
+    A choice's target is the option a ``select`` picks, else its element's
+    name (the action's label); the goal names it when every word of it
+    (letters and digits, any case) is a word of the goal. Typed text is not
+    a target: it is always the goal's own.
+
+    Example:
+        >>> ok, no = Action("click", ("e5",), label="OK"), Action("click", ("e6",), label="Cancel")
+        >>> choice_lines([ok, no], 'Click on the "ok" button.')
+        ['<a0> click [e5] "OK" (in goal)', '<a1> click [e6] "Cancel"']
 
     Raises:
         ValueError: More choices than :data:`INDEX_TOKENS`.
     """
     if len(choices) > len(INDEX_TOKENS):
         raise ValueError(f"{len(choices)} choices, but only {len(INDEX_TOKENS)} label tokens")
-    return [f"{label} {action}" for label, action in zip(INDEX_TOKENS, choices, strict=False)]
+    words = _words(goal)
+    return [
+        f"{label} {action}" + (f" {IN_GOAL}" if _named(action, words) else "")
+        for label, action in zip(INDEX_TOKENS, choices, strict=False)
+    ]
+
+
+def goal_first(choices: Sequence[Action], goal: str) -> tuple[Action, ...]:
+    """``choices`` with those whose target ``goal`` names first, each part in its own order.
+
+    Example:
+        >>> ok, no = Action("click", ("e5",), label="OK"), Action("click", ("e6",), label="Cancel")
+        >>> [a.label for a in goal_first([no, ok], 'Click on the "ok" button.')]
+        ['OK', 'Cancel']
+    """
+    words = _words(goal)
+    return tuple(sorted(choices, key=lambda action: not _named(action, words)))
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+def _named(action: Action, goal_words: set[str]) -> bool:
+    target = action.args[1] if action.name == "select" and len(action.args) > 1 else action.label
+    named = _words(target)
+    return bool(named) and named <= goal_words
 
 
 def agent_messages(

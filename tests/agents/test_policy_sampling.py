@@ -18,8 +18,8 @@ import pytest
 import torch
 from agent_pages import PAGES, TASK
 
-from dreamgym.agents import INDEX_TOKENS, LocalPolicy, LocalPolicyConfig, add_index_tokens
-from dreamgym.core import ConfigError, PolicyDecision
+from dreamgym.agents import IN_GOAL, INDEX_TOKENS, LocalPolicy, LocalPolicyConfig, add_index_tokens
+from dreamgym.core import ConfigError, Observation, PolicyDecision, Task
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -149,3 +149,15 @@ async def test_generate_mode_draws_each_first_token_as_often_as_its_recorded_pro
 def test_an_index_policy_without_its_label_tokens_is_refused(tiny_chat: tuple[Any, Any]) -> None:
     with pytest.raises(ConfigError, match="add_index_tokens"):
         LocalPolicy(*tiny_chat, digest="ab" * 32, config=LocalPolicyConfig(mode="index"))
+
+
+async def test_an_index_policy_keeps_the_named_choice_on_a_page_with_more_candidates_than_labels(
+    labelled_chat: tuple[Any, Any],
+) -> None:
+    rows = "\n".join(f'[e{n}] link "item {n}"' for n in range(1, 101))
+    page = Observation(state=rows + '\n[e200] button "Checkout"', goal="Press Checkout.")
+    policy = policy_of(labelled_chat, mode="index", temperature=0.0)
+    choices = policy.choices(Task(task_id="toy/shop", instruction="Press Checkout."), page)
+    assert len(choices) == len(INDEX_TOKENS) and str(choices[0]) == 'click [e200] "Checkout"'
+    fed = policy.tokenizer.decode(policy.input_ids(Task(task_id="toy/shop", instruction=""), [], page))
+    assert f'<a0> click [e200] "Checkout" {IN_GOAL}' in fed

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 from helpers import make_step
 
-from dreamgym.agents import agent_messages, parse_agent_answer, render_observation, system_message, user_message
+from dreamgym.agents import (
+    IN_GOAL,
+    agent_messages,
+    goal_first,
+    parse_agent_answer,
+    render_observation,
+    system_message,
+    user_message,
+)
+from dreamgym.agents._prompt import choice_lines
 from dreamgym.core import Observation, Task, describe_actions, parse_action
 
 
@@ -87,3 +96,19 @@ def test_a_malformed_answer_is_an_invalid_action_with_the_reason(answer: str, ra
     assert action.is_invalid
     assert action.raw == raw
     assert reason in action.error
+
+
+def test_index_choices_the_goal_names_come_first_and_are_marked() -> None:
+    goal = 'Select "Blue" from the list and click Submit.'
+    help_, submit = parse_action('click [e1] "Help"'), parse_action('click [e9] "submit"')
+    pick = parse_action("select [e4] [Blue]")
+    other = parse_action("select [e4] [Blue Green]")  # one of its words is not the goal's
+    unnamed = parse_action("click [e7]")
+    ranked = goal_first([help_, other, pick, unnamed, submit], goal)
+    assert ranked == (pick, submit, help_, other, unnamed)  # named first, each part in page order
+    lines = choice_lines(ranked, goal)
+    assert [line.endswith(IN_GOAL) for line in lines] == [True, True, False, False, False]
+    assert lines[0] == f"<a0> select [e4] [Blue] {IN_GOAL}"
+    typed = parse_action('type [e2] [Blue] [0] "Colour"')  # typed text is the goal's own: not a target
+    assert choice_lines([typed], goal) == ['<a0> type [e2] [Blue] [0] "Colour"']
+    assert IN_GOAL in user_message(goal, Observation(state='[e9] button "submit"'), choices=[submit])

@@ -50,7 +50,7 @@ def test_warm_start_teaches_the_demonstrated_choices(lm_weight: float) -> None:
     policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
     examples, skipped = demonstrations(policy, [demo(seed) for seed in range(4)], [TASK])
     assert (len(examples), skipped) == (8, 0)  # "click [e3]" matches the labelled choice 'click [e3] "Submit"'
-    config = WarmStartConfig(epochs=40, learning_rate=1e-2, batch_size=8, lm_weight=lm_weight)
+    config = WarmStartConfig(epochs=80, learning_rate=1e-2, batch_size=8, lm_weight=lm_weight)
     result = warm_start(policy, examples, config)
     assert result.last_loss < result.first_loss
     assert result.accuracy == 1.0
