@@ -1,9 +1,10 @@
 """A real HTTP server on 127.0.0.1 that speaks the OpenAI API, for backend tests.
 
 It serves ``POST /v1/embeddings`` with the hashing embedder's vectors, and
-``POST /v1/chat/completions`` as a grader: it answers "correct" when every word
-of the prompt's "Reference answer:" line appears in its "Answer to grade:"
-line, else "incorrect". Tests can make it fail the next N requests with a
+``POST /v1/chat/completions`` as a judge of WebArena's prompts: "correct" when
+every word of the prompt's "reference answer:" line appears in its "student
+answer:" line, else "incorrect" ("[same]"/"[different]" likewise for the
+unachievable-reason prompt). Tests can make it fail the next N requests with a
 status code, or return vectors of the wrong size, to exercise error handling.
 
 For chat backends it can also answer from a script, answer every request
@@ -66,10 +67,25 @@ class ServerState:
 
 
 def _grade(body: dict[str, Any]) -> str:
+    """A judge by words: every word of the reference (or of the unachievable reason) in the answer.
+
+    Reads WebArena's two judge prompts (``reference answer: ...`` / ``student
+    answer: ...``; ``Reason_1 = ...`` / ``Report_1 = ...``) and answers in
+    their verdict words.
+    """
     prompt = body["messages"][-1]["content"]
-    fields = dict(line.split(": ", 1) for line in prompt.splitlines() if ": " in line)
-    reference = fields.get("Reference answer", "").lower().split()
-    answer = fields.get("Answer to grade", "").lower()
+    fields = {}
+    for line in prompt.splitlines():
+        for separator in (": ", " = "):
+            if separator in line:
+                key, value = line.split(separator, 1)
+                fields.setdefault(key, value)
+                break
+    if "Reason_1" in fields:
+        reason, report = fields["Reason_1"].lower().split(), fields.get("Report_1", "").lower()
+        return "[same]" if reason and all(word in report for word in reason) else "[different]"
+    reference = fields.get("reference answer", "").lower().split()
+    answer = fields.get("student answer", "").lower()
     return "correct" if reference and all(word in answer for word in reference) else "incorrect"
 
 

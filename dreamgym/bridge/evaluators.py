@@ -2,8 +2,11 @@
 
 - ``string_match``: the agent's answer against ``reference_answers``:
   ``exact_match``, ``must_include`` (each item; an item may be ``a |OR| b``),
-  ``fuzzy_match`` (an LLM judge on an OpenAI-compatible endpoint; ``"N/A"``
-  references match exactly).
+  ``fuzzy_match`` (an LLM judge on an OpenAI-compatible endpoint, asked
+  with WebArena's own prompt and read by its verdict rule, so scores compare
+  with published ones); a ``"N/A"`` reference (an unachievable task) takes
+  the answer ``N/A`` as is, and otherwise asks the judge whether the
+  answer's reason is the config's ``string_note`` (WebArena's ``ua_match``).
 - ``url_match``: the final URL against ``reference_url`` (alternatives joined
   by ``|OR|``); ``GOLD in PRED``: some reference's host+path is contained in
   the final one's, and every query parameter named by any reference has one
@@ -79,13 +82,44 @@ class SiteUrls:
         return re.sub(r"__([A-Z_]+?)__", swap, text)
 
 
+_JUDGE_SYSTEM = "You are a helpful assistant"
+# The two judge prompts are WebArena's (evaluation_harness/helper_functions.py, Apache-2.0), word for word:
+# a different prompt or verdict rule would make scores that do not compare with published ones.
+_FUZZY_PROMPT = (
+    "Help a teacher to grade the answer of a student given a question. Keep in mind that the student may use "
+    "different phrasing or wording to answer the question. The goal is to evaluate whether the answer is "
+    "semantically equivalent to the reference answer.\n"
+    "question: {question}\n"
+    "reference answer: {reference}\n"
+    "all the string 'N/A' that you see is a special sequence that means 'not achievable'\n"
+    "student answer: {answer}\n"
+    "Conclude the judgement by correct/incorrect/partially correct."
+)
+_UNACHIEVABLE_PROMPT = (
+    "A task described in Task_1 cannot be completed for reason listed in Reason_1. A person tried to complete "
+    "the task and failed, he reported his attempt in Report_1, check if Report_1 is refering to Reason_1, even "
+    "implicitly. If match, return same, else, return different\n"
+    "Task_1 = {question}\n"
+    "Reason_1 = {reason}\n"
+    "Report_1 = {answer}\n"
+    "return [same] or [different]"
+)
+
+
 class Judge:
-    """An LLM on an OpenAI-compatible endpoint that decides ``fuzzy_match``.
+    """An LLM on an OpenAI-compatible endpoint that decides ``fuzzy_match`` and ``ua_match`` as WebArena does.
+
+    The prompts, the sampling (temperature 0, top-p 1, up to 768 tokens) and
+    the verdict rules are WebArena's; only the model is yours (WebArena's
+    published scores used ``gpt-4-1106-preview``). A reply that holds no
+    verdict (WebArena asserts) is a :class:`~dreamgym.core.BackendError`
+    naming the reply, as is a server that fails after its retries.
 
     Args:
         model: The model name the server knows.
         base_url: The server's ``/v1`` URL.
         api_key: The key (local servers accept any).
+        timeout: Seconds per request.
     """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str = "EMPTY", timeout: float = 60) -> None:
@@ -95,21 +129,38 @@ class Judge:
         self._client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=3)
 
     async def same_meaning(self, question: str, reference: str, answer: str) -> bool:
+        """WebArena's ``fuzzy_match``: "partially correct" or "incorrect" anywhere in the reply fails,
+        else "correct" passes."""
+        reply = await self._ask(_FUZZY_PROMPT.format(question=question, reference=reference, answer=answer))
+        if "partially correct" in reply or "incorrect" in reply:
+            return False
+        if "correct" in reply:
+            return True
+        raise BackendError(f"the fuzzy_match judge's reply holds no verdict (correct/incorrect): {reply[:200]!r}")
+
+    async def same_reason(self, question: str, reason: str, answer: str) -> bool:
+        """WebArena's ``ua_match``: "different" anywhere in the reply fails, else "same" passes."""
+        reply = await self._ask(_UNACHIEVABLE_PROMPT.format(question=question, reason=reason, answer=answer))
+        if "different" in reply:
+            return False
+        if "same" in reply:
+            return True
+        raise BackendError(f"the ua_match judge's reply holds no verdict (same/different): {reply[:200]!r}")
+
+    async def _ask(self, prompt: str) -> str:
+        """The judge's reply, lower-cased."""
         import openai
 
-        prompt = (
-            "You grade answers. Reply with exactly one word: correct or incorrect.\n"
-            f"Question: {question}\nReference answer: {reference}\nAnswer to grade: {answer}\n"
-            "Is the answer to grade semantically the same as the reference (it may say more)?"
-        )
+        messages: list[Any] = [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": prompt}]
         try:
             response = await self._client.chat.completions.create(
-                model=self.model, messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=5
+                model=self.model, messages=messages, temperature=0, top_p=1.0, max_tokens=768
             )
         except openai.OpenAIError as exc:
-            raise BackendError(f"the fuzzy_match judge at {self._client.base_url} failed: {exc}") from exc
-        verdict = (response.choices[0].message.content or "").strip().lower()
-        return verdict.startswith("correct")
+            raise BackendError(f"the WebArena judge at {self._client.base_url} failed: {exc}") from exc
+        if not response.choices:
+            raise BackendError(f"the WebArena judge at {self._client.base_url} answered no choices")
+        return (response.choices[0].message.content or "").lower()
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -156,14 +207,21 @@ async def string_score(config: Mapping[str, Any], answer: str, judge: Judge | No
 
 
 async def _fuzzy(config: Mapping[str, Any], value: Any, answer: str, judge: Judge | None) -> float:
-    if value == "N/A":
-        return exact_match("N/A", answer)
+    """WebArena's ``fuzzy_match`` on the cleaned answer: every reference judged the same in meaning; for
+    ``"N/A"`` (an unachievable task) the answer ``N/A``, or a reason the judge finds is the ``string_note``."""
+    pred = _clean(answer)
+    if value == "N/A" and exact_match("N/A", pred):
+        return 1.0
     if judge is None:
         raise ConfigError(
             "this task's fuzzy_match needs an LLM judge: give the WebArena site a Judge(model, base_url=...)"
         )
+    question = str(config.get("intent", ""))
+    if value == "N/A":
+        reason = str(config["eval"].get("string_note") or "")
+        return float(await judge.same_reason(question, reason, pred))
     for reference in value if isinstance(value, list) else [value]:
-        if not await judge.same_meaning(config.get("intent", ""), str(reference), answer):
+        if not await judge.same_meaning(question, str(reference), pred):
             return 0.0  # the product is 0 already: no need to ask about the rest
     return 1.0
 

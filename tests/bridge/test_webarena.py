@@ -14,7 +14,7 @@ from webarena_fixture import webarena_sites
 from dreamgym.bridge import BrowserEnv, BrowserPool
 from dreamgym.bridge.evaluators import Judge, SiteUrls, call_helper
 from dreamgym.bridge.webarena import SITE_VARIABLES, WebArenaSite, load_webarena, site_urls_from_env
-from dreamgym.core import ConfigError, parse_action
+from dreamgym.core import BackendError, ConfigError, parse_action
 
 pytestmark = pytest.mark.anyio
 
@@ -89,20 +89,35 @@ async def test_string_match(pool: BrowserPool, shop_site: WebArenaSite, tmp_path
     assert reward == expected
 
 
-async def test_fuzzy_match_asks_an_llm_judge_over_http(
+async def test_fuzzy_match_and_ua_match_ask_an_llm_judge_with_webarenas_prompts(
     pool: BrowserPool, sites: dict[str, str], tmp_path: Path
 ) -> None:
     with openai_server() as (url, state):
         judge = Judge("judge-model", base_url=url)
         site = WebArenaSite(site_urls_from_env(sites), judge=judge)
-        cfg = config(2, string_eval(fuzzy_match=["driving: 2min", "walking: 16min"]))
+        cfg = config(2, string_eval(fuzzy_match=["driving: 2min", "walking: 16min"]), intent="How long to go?")
         assert await run(pool, site, cfg, ["stop [Walking: 16min, and driving: 2min.]"], tmp_path) == 1.0
         assert await run(pool, site, cfg, ["stop [about an hour]"], tmp_path) == 0.0
+        asked = len(state.requests)
         na = config(3, string_eval(fuzzy_match="N/A"))
+        na["eval"]["string_note"] = "the store sells no hats"
         assert await run(pool, site, na, ["stop [N/A]"], tmp_path) == 1.0
+        assert len(state.requests) == asked  # an answer of N/A is taken as is
+        assert await run(pool, site, na, ["stop [It sells no hats, the store.]"], tmp_path) == 1.0  # ua_match
+        assert await run(pool, site, na, ["stop [The page did not load]"], tmp_path) == 0.0
+        state.chat_replies = ["The answer is partially correct."]  # WebArena's rule: partially correct fails
+        assert await run(pool, site, cfg, ["stop [Walking: 16min, and driving: 2min.]"], tmp_path) == 0.0
+        state.chat_replies = ["I cannot tell."]
+        with pytest.raises(BackendError, match="holds no verdict"):
+            await run(pool, site, cfg, ["stop [Walking: 16min]"], tmp_path)
         await judge.aclose()
-    prompts = [r["messages"][0]["content"] for r in state.requests]
-    assert len(prompts) == 3 and "Reference answer: driving: 2min" in prompts[0]
+    fuzzy, unachievable = state.requests[0]["messages"], state.requests[asked]["messages"]
+    assert fuzzy[0] == {"role": "system", "content": "You are a helpful assistant"}
+    assert fuzzy[1]["content"].startswith("Help a teacher to grade the answer of a student given a question.")
+    assert "question: How long to go?\nreference answer: driving: 2min\n" in fuzzy[1]["content"]
+    assert "student answer: walking: 16min, and driving: 2min.\n" in fuzzy[1]["content"]  # cleaned: lower case
+    assert "Reason_1 = the store sells no hats\nReport_1 = it sells no hats, the store." in unachievable[1]["content"]
+    assert state.requests[0]["temperature"] == 0 and state.requests[0]["max_tokens"] == 768
     with pytest.raises(ConfigError, match="needs an LLM judge"):
         await run(pool, WebArenaSite(site_urls_from_env(sites)), cfg, ["stop [x]"], tmp_path)
 
