@@ -22,6 +22,7 @@ __all__ = [
     "parse_tasks",
     "run_tasks",
     "task_names",
+    "webarena_sites",
 ]
 
 
@@ -149,10 +150,48 @@ def parse_tasks(spec: str, sites: Sequence[str], *, max_steps: int | None = None
 
 
 def add_site_argument(parser: argparse.ArgumentParser) -> None:
-    """``--site NAME=URL``, the same in every command that takes ``--tasks``."""
+    """``--site NAME=URL`` and the answer judge's flags, the same in every command that runs ``--tasks``."""
     parser.add_argument("--site", action="append", default=[], metavar="NAME=URL",
                         help="fills the placeholder __NAME__ of webarena: configs (default: the environment's "
                              "SHOPPING, ..., WA_SHOPPING, ...); repeatable")  # fmt: skip
+    parser.add_argument("--answer-judge-url", default=None, metavar="URL",
+                        help="OpenAI-compatible /v1 URL of the LLM that scores webarena: answers by fuzzy_match "
+                             "and ua_match, with WebArena's prompts")  # fmt: skip
+    parser.add_argument("--answer-judge-model", default=None, metavar="NAME", help="the answer judge's model name")
+
+
+def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
+    """A :class:`~dreamgym.bridge.WebArenaSite` for ``--site`` and the answer judge, if any task is
+    a WebArena-format config (``[]`` otherwise).
+
+    Raises:
+        UsageError: A task scores its answer by ``fuzzy_match`` and no judge is given, or a judge URL
+            comes without its model name (found before any browser starts, not when the first
+            episode ends).
+    """
+    from dreamgym.bridge import WebArenaSite, site_urls, task_config
+    from dreamgym.core.errors import UsageError
+
+    configs = [(task, task_config(task)) for task in tasks if task.benchmark == "webarena"]
+    if not configs:
+        return []
+    url, model = getattr(args, "answer_judge_url", None), getattr(args, "answer_judge_model", None)
+    if url and not model:
+        raise UsageError("--answer-judge-url needs --answer-judge-model, the model name its server serves")
+    judge = None
+    if url:
+        from dreamgym.bridge import Judge
+
+        judge = Judge(str(model), base_url=url)
+    else:
+        for task, config in configs:
+            answers = (config.get("eval") or {}).get("reference_answers") or {}
+            if isinstance(answers, dict) and "fuzzy_match" in answers:
+                raise UsageError(
+                    f"task {task.task_id} scores its answer by fuzzy_match, which asks an LLM judge: give "
+                    "--answer-judge-url URL --answer-judge-model NAME (any OpenAI-compatible server)"
+                )
+    return [WebArenaSite(site_urls(args.site), judge=judge)]
 
 
 def embedder_named(name: str | None) -> Any:

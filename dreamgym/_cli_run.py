@@ -8,7 +8,14 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, embedder_named, parse_seeds, run_tasks
+from dreamgym._cli_common import (
+    RUN_TASKS_HELP,
+    add_site_argument,
+    embedder_named,
+    parse_seeds,
+    run_tasks,
+    webarena_sites,
+)
 
 __all__ = ["add_run_commands"]
 
@@ -116,11 +123,7 @@ def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncConte
     from dreamgym.runtime import RuntimeConfig
 
     config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.concurrency)
-    sites = []
-    if args.tasks.strip().startswith("webarena:"):
-        from dreamgym.bridge import WebArenaSite, site_urls
-
-        sites.append(WebArenaSite(site_urls(args.site)))
+    sites = webarena_sites(args, run_tasks(args)[0])
     return open_runtime(
         args.store,
         lambda limiter: _policy(args, limiter),

@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, parse_seeds, parse_tasks, run_tasks
+from dreamgym._cli_common import (
+    RUN_TASKS_HELP,
+    add_site_argument,
+    parse_seeds,
+    parse_tasks,
+    run_tasks,
+    webarena_sites,
+)
 
 __all__ = ["add_train_command", "train_config"]
 
@@ -113,6 +120,7 @@ def _run_train(args: argparse.Namespace) -> int:
     eval_tasks = tasks
     if args.eval_tasks is not None:
         eval_tasks, _ = parse_tasks(args.eval_tasks, args.site, max_steps=args.max_steps)
+    sites = webarena_sites(args, [*tasks, *eval_tasks])  # a missing answer judge is found before any model loads
     if not seeded:  # held out by task id: a seed means nothing to these tasks
         if args.eval_tasks is None and eval_seeds:
             raise UsageError("these tasks have no seeds, so held-out means other tasks: give --eval-tasks "
@@ -148,11 +156,6 @@ def _run_train(args: argparse.Namespace) -> int:
         mode=args.policy_mode, temperature=args.temperature, seed=config.seed, list_actions=False
     )
     policy = LocalPolicy.load(policy_dir, config=policy_config)
-    sites = []
-    if not seeded or (args.eval_tasks or "").strip().startswith("webarena:"):
-        from dreamgym.bridge import WebArenaSite, site_urls
-
-        sites.append(WebArenaSite(site_urls(args.site)))
     sides = MiniWobSides(
         store=args.store,
         eval_store=args.eval_store or config.output_dir / "eval-store",

@@ -52,6 +52,23 @@ def test_an_unfilled_placeholder_names_the_flag_that_fills_it(tmp_path: Path) ->
     assert not store.exists()
 
 
+def test_a_fuzzy_match_task_without_an_answer_judge_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    store, fuzzy = tmp_path / "store", f"webarena:{CONFIGS.parent / 'fuzzy.json'}"
+    site = ("--site", "shop=http://127.0.0.1:9")
+    for command in (("collect", "--store", str(store)), ("rollout", "--store", str(store))):
+        result = dreamgym(*command, "--tasks", fuzzy, *site, "--policy", "random", check=False)
+        assert result.returncode == 2, result.stderr
+        assert "task webarena/4 scores its answer by fuzzy_match" in result.stderr
+        assert "--answer-judge-url URL --answer-judge-model NAME" in result.stderr
+    result = dreamgym("collect", "--store", str(store), "--tasks", fuzzy, *site, "--policy", "random",
+                      "--answer-judge-url", "http://127.0.0.1:9/v1", check=False)  # fmt: skip
+    assert result.returncode == 2 and "--answer-judge-url needs --answer-judge-model" in result.stderr
+    result = dreamgym("train", "--tasks", fuzzy, *site, "--eval-seeds", "", "--output-dir", str(tmp_path / "run"),
+                      "--store", str(store), check=False)  # fmt: skip
+    assert result.returncode == 2 and "fuzzy_match" in result.stderr
+    assert not store.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_every_job_on_a_users_own_site_with_the_same_task_arguments(
