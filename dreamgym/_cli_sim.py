@@ -77,9 +77,8 @@ async def _others(store: Any, selected: set[str], spec: str) -> list[tuple[str, 
         UsageError: The store holds no real episode of the selected tasks.
     """
     from dreamgym.core.errors import UsageError
-    from dreamgym.simulator import real_episodes
 
-    stored = {steps[0].task_id for steps in await real_episodes(store)}
+    stored = set(await store.task_ids(source="real"))
     if not stored & selected:
         shown = ", ".join(sorted(stored)[:5]) or "nothing"
         raise UsageError(f"--tasks {spec!r}: the store holds no real episode of these tasks (it holds {shown})")

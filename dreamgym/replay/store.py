@@ -512,6 +512,31 @@ class LmdbReplayStore:
         """Sequence numbers of a task's steps, optionally of one source."""
         return await self._prefix_seqs("by_task", task_id, None if source is None else _SOURCE_BYTE[source])
 
+    async def task_ids(self, *, source: Source | None = None) -> list[str]:
+        """The distinct task ids of the stored steps (optionally of one source), sorted.
+
+        Read from the task index: no step is decoded, and each task's run of
+        keys is skipped once one of them matches.
+        """
+        env = self._require_env()
+        wanted = None if source is None else _SOURCE_BYTE[source]
+
+        def read(txn: lmdb.Transaction) -> list[str]:
+            cursor = txn.cursor(db=env.db("by_task"))
+            found: list[str] = []
+            more = cursor.first()
+            while more:
+                key = bytes(cursor.key())
+                task = key[: key.index(b"\0")]
+                if wanted is None or cursor.value() == wanted:
+                    found.append(task.decode())
+                    more = cursor.set_range(task + b"\1")  # past every key of this task
+                else:
+                    more = cursor.next()
+            return found
+
+        return await anyio.to_thread.run_sync(env.read, read)
+
     async def _prefix_seqs(self, db: str, prefix_id: str, value: bytes | None = None) -> list[int]:
         env = self._require_env()
         prefix = prefix_id.encode() + b"\0"

@@ -41,6 +41,17 @@ def store_at(path: Path, **config: object) -> LmdbReplayStore:
     return LmdbReplayStore(path, embedder=EMBEDDER, config=StoreConfig(**config))  # type: ignore[arg-type]
 
 
+async def test_task_ids_come_from_the_task_index_by_source(tmp_path: Path) -> None:
+    async with store_at(tmp_path) as store:
+        await store.append([make_step(i, episode_id="ep-a") for i in range(3)])
+        await store.append([make_step(0, episode_id="ep-b", source="synthetic", task_id="task-b")])
+        await store.append([make_step(0, episode_id="ep-c", task_id="task-ab"), make_step(0, episode_id="ep-d",
+                            task_id="task-b")])  # fmt: skip
+        assert await store.task_ids() == ["task-a", "task-ab", "task-b"]  # one task id a prefix of another
+        assert await store.task_ids(source="real") == ["task-a", "task-ab", "task-b"]  # task-b's real step is last
+        assert await store.task_ids(source="synthetic") == ["task-b"]
+
+
 async def test_appended_steps_come_back_by_seq_episode_and_task(tmp_path: Path) -> None:
     async with store_at(tmp_path) as store:
         first = await store.append([make_step(i, episode_id="ep-a") for i in range(3)])
