@@ -149,11 +149,17 @@ def parse_tasks(spec: str, sites: Sequence[str], *, max_steps: int | None = None
         raise UsageError(f"--tasks {spec!r}: {exc}") from None
 
 
-def add_site_argument(parser: argparse.ArgumentParser) -> None:
-    """``--site NAME=URL`` and the answer judge's flags, the same in every command that runs ``--tasks``."""
+def add_site_argument(parser: argparse.ArgumentParser, *, episodes: bool = True) -> None:
+    """``--site NAME=URL``, the same in every command that takes ``--tasks``; with ``episodes`` (commands
+    that run episodes on the site) also the answer judge and the reset command."""
     parser.add_argument("--site", action="append", default=[], metavar="NAME=URL",
                         help="fills the placeholder __NAME__ of webarena: configs (default: the environment's "
                              "SHOPPING, ..., WA_SHOPPING, ...); repeatable")  # fmt: skip
+    if not episodes:
+        return
+    parser.add_argument("--reset-command", default=None, metavar="CMD",
+                        help="a shell command that brings a stateful webarena: site back to its first state, run "
+                             "before every real episode; real episodes then run one at a time")  # fmt: skip
     parser.add_argument("--answer-judge-url", default=None, metavar="URL",
                         help="OpenAI-compatible /v1 URL of the LLM that scores webarena: answers by fuzzy_match "
                              "and ua_match, with WebArena's prompts")  # fmt: skip
@@ -161,8 +167,8 @@ def add_site_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
-    """A :class:`~dreamgym.bridge.WebArenaSite` for ``--site`` and the answer judge, if any task is
-    a WebArena-format config (``[]`` otherwise).
+    """A :class:`~dreamgym.bridge.WebArenaSite` for ``--site``, the answer judge and the reset command,
+    if any task is a WebArena-format config (``[]`` otherwise).
 
     Raises:
         UsageError: A task scores its answer by ``fuzzy_match`` and no judge is given, or a judge URL
@@ -174,6 +180,8 @@ def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
 
     configs = [(task, task_config(task)) for task in tasks if task.benchmark == "webarena"]
     if not configs:
+        if getattr(args, "reset_command", None):
+            raise UsageError("--reset-command is for webarena: tasks (MiniWoB++ pages reset themselves)")
         return []
     url, model = getattr(args, "answer_judge_url", None), getattr(args, "answer_judge_model", None)
     if url and not model:
@@ -191,7 +199,7 @@ def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
                     f"task {task.task_id} scores its answer by fuzzy_match, which asks an LLM judge: give "
                     "--answer-judge-url URL --answer-judge-model NAME (any OpenAI-compatible server)"
                 )
-    return [WebArenaSite(site_urls(args.site), judge=judge)]
+    return [WebArenaSite(site_urls(args.site), judge=judge, reset_command=getattr(args, "reset_command", None))]
 
 
 def embedder_named(name: str | None) -> Any:

@@ -122,8 +122,9 @@ def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncConte
     from dreamgym._jobs import open_runtime
     from dreamgym.runtime import RuntimeConfig
 
-    config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.concurrency)
     sites = webarena_sites(args, run_tasks(args)[0])
+    concurrency = 1 if args.reset_command else args.concurrency  # a reset serves one episode at a time
+    config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency)
     return open_runtime(
         args.store,
         lambda limiter: _policy(args, limiter),

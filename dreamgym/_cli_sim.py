@@ -41,7 +41,7 @@ def add_sim_commands(commands: Any) -> None:
         help=f"train on these tasks only ({RUN_TASKS_HELP}); the store's other tasks are held out of examples "
         "and retrieval, and the model's metadata lists them (default: all)",
     )
-    add_site_argument(train)
+    add_site_argument(train, episodes=False)
     train.set_defaults(run=_run_train)
 
     default = sub.add_parser("build-default", help="collect MiniWoB++ and train the offline default model")

@@ -164,7 +164,7 @@ def _run_train(args: argparse.Namespace) -> int:
         sites=tuple(sites),
         refit_dir=config.output_dir / "sim-refits" if config.sim_refit_every else None,
         curriculum_backend=curriculum,
-        runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=2),
+        runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=1 if args.reset_command else 2),
     )
     trainer = Trainer(
         config,

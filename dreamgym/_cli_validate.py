@@ -50,7 +50,7 @@ def add_validate_command(commands: Any) -> None:
         help=f"validate only these tasks ({RUN_TASKS_HELP}); tasks without seeds (webarena:) are also kept out "
         "of retrieval whole (default: every task of --store)",
     )
-    add_site_argument(parser)
+    add_site_argument(parser, episodes=False)
     parser.add_argument(
         "--limit", type=int, default=0, help="at most this many steps, whole episodes spread over the tasks (0: all)"
     )

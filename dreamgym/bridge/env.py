@@ -122,6 +122,10 @@ class BrowserEnv:
         if site is None:
             raise ConfigError(f"no site runs benchmark {task.benchmark!r}; known: {sorted(self.sites)}")
         self.seed = seed if seed is not None else random.randrange(2**31)
+        prepare = getattr(site, "prepare", None)  # optional: a stateful site's reset, before its deadline
+        if prepare is not None:
+            await self._close_context()
+            await prepare(task)
         previous = self._episode
         reuse = (
             previous is not None

@@ -24,6 +24,14 @@ __all__ = ["GenericSite", "Site", "generic_task", "task_config"]
 
 
 class Site(Protocol):
+    """What :class:`~dreamgym.bridge.BrowserEnv` needs of a site.
+
+    A site may also define ``async def prepare(self, task) -> None``: the
+    environment awaits it before every episode, with no browser context open
+    and outside the start deadline (a stateful site's reset command, see
+    :class:`~dreamgym.bridge.WebArenaSite`).
+    """
+
     name: str
     """The ``Task.benchmark`` this site runs."""
 

@@ -5,7 +5,10 @@ older per-task examples (one object, ``reference_answers`` as a list).
 URLs in them use placeholders (``__SHOPPING__``, ...) that resolve, at run
 time, to the environment variables WebArena uses (``SHOPPING``, ...). A task
 that requires login starts from its ``storage_state`` file, looked up in the
-auth directory (``$WEBARENA_AUTH_DIR``, default ``./.auth``).
+auth directory (``$WEBARENA_AUTH_DIR``, default ``./.auth``). A stateful
+site (a shop whose orders change, a forum whose posts do) takes a reset
+command, run before every episode: its episodes must then run one at a time
+(``RuntimeConfig.real_concurrency=1``; the command line sets it).
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from dreamgym.bridge.allowlist import Allowlist
 from dreamgym.bridge.evaluators import Judge, SiteUrls, evaluate_webarena
 from dreamgym.bridge.sites import task_config
-from dreamgym.core.errors import ConfigError, UsageError
+from dreamgym.core.errors import BackendError, ConfigError, UsageError
 from dreamgym.core.types import Task
 
 if TYPE_CHECKING:
@@ -125,14 +131,55 @@ class WebArenaSite:
         urls: Site base URLs; default :func:`site_urls_from_env`.
         auth_dir: Where ``storage_state`` files live; default ``$WEBARENA_AUTH_DIR`` or ``./.auth``.
         judge: The LLM judge for ``fuzzy_match`` (tasks that need one fail clearly without it).
+        reset_command: A shell command run before every episode (:meth:`prepare`) that brings a
+            stateful site back to its starting state; episodes must then run one at a time.
+        reset_timeout_s: How long the reset command may take.
     """
 
     name = "webarena"
 
-    def __init__(self, urls: SiteUrls | None = None, *, auth_dir: str | None = None, judge: Judge | None = None):
+    def __init__(
+        self,
+        urls: SiteUrls | None = None,
+        *,
+        auth_dir: str | None = None,
+        judge: Judge | None = None,
+        reset_command: str | None = None,
+        reset_timeout_s: float = 600.0,
+    ):
         self.urls = urls or site_urls_from_env()
         self.auth_dir = Path(auth_dir or os.environ.get("WEBARENA_AUTH_DIR") or ".auth")
         self.judge = judge
+        self.reset_command = reset_command
+        self.reset_timeout_s = reset_timeout_s
+        self.resets = 0
+        """Reset commands run so far."""
+
+    async def prepare(self, task: Task) -> None:
+        """Before an episode's browser context opens: run the reset command, if any.
+
+        Raises:
+            BackendError: The command failed, or outlasted ``reset_timeout_s``: the episode does
+                not start on a site in an unknown state (the runtime records it as cut, with
+                the command's last line of output).
+        """
+        if not self.reset_command:
+            return
+        command = ["/bin/sh", "-c", self.reset_command]
+        try:
+            with anyio.fail_after(self.reset_timeout_s):
+                result = await anyio.run_process(command, check=False)
+        except TimeoutError:
+            raise BackendError(
+                f"the reset command did not finish within {self.reset_timeout_s:g} s: {shlex.quote(self.reset_command)}"
+            ) from None
+        if result.returncode != 0:
+            said = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
+            raise BackendError(
+                f"the reset command exited with status {result.returncode} before task {task.task_id}"
+                + (f": {said[-1]}" if said else "")
+            )
+        self.resets += 1
 
     def allowlist(self, task: Task) -> Allowlist:
         config = task_config(task)

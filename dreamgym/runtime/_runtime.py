@@ -348,7 +348,9 @@ class Runtime:
                 outcome.initial_hash = observation_hash(observation)
                 await play(lease.env, group.policy, plan, observation, steps, on_step)
             except Exception as exc:
-                log.warning("episode %s of %s failed: %s", plan.episode_id, plan.task.task_id, exc, exc_info=True)
+                explained = isinstance(exc, (BackendError, ConfigError, StoreError))  # our own one-line errors
+                log.warning("episode %s of %s failed: %s", plan.episode_id, plan.task.task_id, exc,
+                            exc_info=not explained)  # fmt: skip
                 lease.discard()
                 outcome.fail(exc)
         if deadline.cancelled_caught:

@@ -52,6 +52,26 @@ def test_an_unfilled_placeholder_names_the_flag_that_fills_it(tmp_path: Path) ->
     assert not store.exists()
 
 
+def test_a_reset_command_runs_before_every_real_episode_one_at_a_time(tmp_path: Path, site_url: str) -> None:
+    log = tmp_path / "resets.log"
+    reset = f"echo start >> {log}; sleep 0.2; echo end >> {log}"
+    argv = ("collect", "--store", str(tmp_path / "store"), "--tasks", f"webarena:{CONFIGS}", "--site",
+            f"shop={site_url}", "--policy", "random", "--group-size", "2", "--max-steps", "2", "--embedder",
+            "hashing-64")  # fmt: skip
+    out = dreamgym(*argv, "--reset-command", reset, "--concurrency", "4").stdout
+    assert "2 groups, 4 episodes" in out
+    assert log.read_text().split() == ["start", "end"] * 4  # one per episode, never two at once
+
+    broken = dreamgym("collect", "--store", str(tmp_path / "broken"), *argv[3:], "--reset-command",
+                      "echo the database is locked >&2; exit 3", check=False)  # fmt: skip
+    assert broken.returncode == 1, broken.stderr
+    assert "the reset command exited with status 3 before task webarena/" in broken.stderr + broken.stdout
+    assert "the database is locked" in broken.stderr + broken.stdout
+    refused = dreamgym("collect", "--store", str(tmp_path / "mw"), "--tasks", "click-button", "--reset-command",
+                       "true", check=False)  # fmt: skip
+    assert refused.returncode == 2 and "--reset-command is for webarena: tasks" in refused.stderr
+
+
 def test_a_fuzzy_match_task_without_an_answer_judge_is_refused_before_anything_runs(tmp_path: Path) -> None:
     store, fuzzy = tmp_path / "store", f"webarena:{CONFIGS.parent / 'fuzzy.json'}"
     site = ("--site", "shop=http://127.0.0.1:9")
