@@ -14,8 +14,10 @@ from typing import Any
 __all__ = [
     "RUN_TASKS_HELP",
     "TASKS_HELP",
+    "add_served_sim_arguments",
     "add_site_argument",
     "embedder_named",
+    "experience_model_source",
     "hold_outs",
     "open_store",
     "parse_seeds",
@@ -200,6 +202,47 @@ def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
                     "--answer-judge-url URL --answer-judge-model NAME (any OpenAI-compatible server)"
                 )
     return [WebArenaSite(site_urls(args.site), judge=judge, reset_command=getattr(args, "reset_command", None))]
+
+
+def add_served_sim_arguments(parser: argparse.ArgumentParser, model_flag: str) -> None:
+    """The flags of an experience model on an OpenAI-compatible server, beside ``model_flag`` (its name there)."""
+    served = parser.add_argument_group("a served experience model (vLLM, SGLang, transformers serve, ...)")
+    served.add_argument("--sim-url", default=None, metavar="URL",
+                        help=f"OpenAI-compatible /v1 URL serving the experience model; {model_flag} then names "
+                             "the served model, which must answer in the default template's format")  # fmt: skip
+    served.add_argument("--sim-max-new-tokens", type=int, default=384, help="token budget of each prediction")
+    served.add_argument("--sim-stop", action="append", default=None, metavar="TEXT",
+                        help="a string predictions end at (repeatable, at most four)")  # fmt: skip
+    served.add_argument("--sim-timeout", type=float, default=120.0, help="seconds a request may take once sent")
+    served.add_argument("--sim-concurrency", type=int, default=8, help="requests in flight at once")
+
+
+def experience_model_source(args: argparse.Namespace, name: str, model_flag: str) -> Any:
+    """The experience model a command asks: ``name``'s local directory ('default': the offline default),
+    or with ``--sim-url`` the :class:`~dreamgym.simulator.ServedModel` of that name.
+
+    Raises:
+        UsageError: ``--sim-url`` without a served model's name, or served settings out of range.
+    """
+    from dreamgym.core.errors import UsageError
+
+    url = getattr(args, "sim_url", None)
+    if not url:
+        if name == "default":
+            from dreamgym.sim_default import default_model_dir
+
+            return default_model_dir()
+        return Path(name)
+    from dreamgym.simulator import ServedModel
+
+    if name == "default":
+        raise UsageError(f"--sim-url needs {model_flag} NAME, the model name its server serves")
+    stop = tuple(args.sim_stop or ())
+    if args.sim_max_new_tokens < 1 or args.sim_concurrency < 1 or args.sim_timeout <= 0 or len(stop) > 4:
+        raise UsageError("--sim-max-new-tokens and --sim-concurrency must be >= 1, --sim-timeout above 0, and "
+                         "--sim-stop given at most four times")  # fmt: skip
+    return ServedModel(model=name, url=url, max_new_tokens=args.sim_max_new_tokens, stop=stop,
+                       timeout_s=args.sim_timeout, concurrency=args.sim_concurrency)  # fmt: skip
 
 
 def embedder_named(name: str | None) -> Any:

@@ -10,8 +10,10 @@ from typing import Any
 
 from dreamgym._cli_common import (
     RUN_TASKS_HELP,
+    add_served_sim_arguments,
     add_site_argument,
     embedder_named,
+    experience_model_source,
     parse_seeds,
     run_tasks,
     webarena_sites,
@@ -37,7 +39,12 @@ def add_run_commands(commands: Any) -> None:
     _common(rollout)
     rollout.add_argument("--real-share", type=float, default=0.0, help="share of groups run on real pages")
     rollout.add_argument("--shadow", action="store_true", help="predict every real step with the simulator too")
-    rollout.add_argument("--sim-model", default="default", help="experience model directory, or 'default'")
+    rollout.add_argument(
+        "--sim-model",
+        default="default",
+        help="experience model directory, or 'default' (with --sim-url: the served model's name)",
+    )
+    add_served_sim_arguments(rollout, "--sim-model")
     rollout.set_defaults(run=_run_rollout)
 
 
@@ -129,16 +136,10 @@ def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncConte
         args.store,
         lambda limiter: _policy(args, limiter),
         config,
-        sim_model=_sim_model(args.sim_model) if simulator else None,
+        sim_model=experience_model_source(args, args.sim_model, "--sim-model") if simulator else None,
         embedder=embedder_named(args.embedder),
         sites=sites,
     )
-
-
-def _sim_model(name: str) -> Path:
-    from dreamgym.sim_default import default_model_dir
-
-    return default_model_dir() if name == "default" else Path(name)
 
 
 def _groups(args: argparse.Namespace, *, real_share: float, shadow: bool = False) -> list[Any]:

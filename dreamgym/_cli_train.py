@@ -11,7 +11,9 @@ from typing import Any
 
 from dreamgym._cli_common import (
     RUN_TASKS_HELP,
+    add_served_sim_arguments,
     add_site_argument,
+    experience_model_source,
     parse_seeds,
     parse_tasks,
     run_tasks,
@@ -54,7 +56,12 @@ def add_train_command(commands: Any, *, config_flags: bool = True) -> None:
         "generate: sample a tagged reply. A chooser is not trainable",
     )  # fmt: skip
     train.add_argument("--policy-model", type=Path, default=None, help="chat model directory (default: SmolLM2-135M)")
-    train.add_argument("--sim-model", default="default", help="experience model directory, or 'default'")
+    train.add_argument(
+        "--sim-model",
+        default="default",
+        help="experience model directory, or 'default' (with --sim-url: the served model's name)",
+    )
+    add_served_sim_arguments(train, "--sim-model")
     train.add_argument("--curriculum-url", default=None,
                        help="OpenAI-compatible /v1 URL of the model that varies tasks (with --curriculum)")  # fmt: skip
     train.add_argument("--curriculum-model", default=None, help="that model's name")
@@ -110,7 +117,6 @@ def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.core.errors import ConfigError, UsageError
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
-    from dreamgym.sim_default import default_model_dir
     from dreamgym.trainer import Trainer
     from dreamgym.trainer._miniwob import MiniWobSides, held_out, miniwob_sides
 
@@ -144,8 +150,11 @@ def _run_train(args: argparse.Namespace) -> int:
         curriculum = OpenAIBackend(model=args.curriculum_model, base_url=args.curriculum_url)
     sim_model = None
     if config.needs_synthetic:
-        sim_model = default_model_dir() if args.sim_model == "default" else Path(args.sim_model)
-        if not (sim_model / "config.json").exists():
+        sim_model = experience_model_source(args, args.sim_model, "--sim-model")
+        if not isinstance(sim_model, Path) and config.sim_refit_every:
+            raise UsageError("--sim-refit-every refits the experience model's weights: it needs a local model, "
+                             "not --sim-url")  # fmt: skip
+        if isinstance(sim_model, Path) and not (sim_model / "config.json").exists():
             hint = " (build it with `make sim-default`)" if args.sim_model == "default" else ""
             raise ConfigError(f"no experience model at {sim_model}{hint}")
     if not args.store.exists() and config.needs_synthetic:

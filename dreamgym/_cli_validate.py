@@ -16,7 +16,15 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store, parse_tasks
+from dreamgym._cli_common import (
+    RUN_TASKS_HELP,
+    add_served_sim_arguments,
+    add_site_argument,
+    experience_model_source,
+    hold_outs,
+    open_store,
+    parse_tasks,
+)
 
 __all__ = ["add_validate_command"]
 
@@ -36,7 +44,12 @@ def add_validate_command(commands: Any) -> None:
         default=None,
         help="store retrieval reads (default: the model's training store if it exists, else --store)",
     )
-    parser.add_argument("--model", default="default", help="trained model directory, or 'default'")
+    parser.add_argument(
+        "--model",
+        default="default",
+        help="trained model directory, or 'default' (with --sim-url: the served model's name)",
+    )
+    add_served_sim_arguments(parser, "--model")
     parser.add_argument(
         "--held-out",
         action="append",
@@ -60,7 +73,7 @@ def add_validate_command(commands: Any) -> None:
     parser.add_argument("--judge-model", default=None, help="the judge's model name")
     parser.add_argument("--judge-episodes", type=int, default=8, help="episodes the judge scores")
     parser.add_argument("--concurrency", type=int, default=8, help="predictions in flight at once")
-    parser.add_argument("--max-new-tokens", type=int, default=384, help="token budget of each prediction")
+    parser.add_argument("--max-new-tokens", type=int, default=384, help="token budget of each local prediction")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.json and report.html")
     parser.set_defaults(run=_run_validate)  # fmt: skip
 
@@ -71,7 +84,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.core.errors import ConfigError
-    from dreamgym.sim_default import default_model_dir, ensure_held_out
+    from dreamgym.sim_default import ensure_held_out
     from dreamgym.simulator import read_metadata
     from dreamgym.validate import write_report
 
@@ -82,12 +95,12 @@ def _run_validate(args: argparse.Namespace) -> int:
         named = [(task.task_id, None) for task in tasks]
         if not seeded:  # one start per task: any other episode of it would leak its pages
             named_out = list(named)
-    model_dir = default_model_dir() if args.model == "default" else Path(args.model).expanduser()
+    model_dir = experience_model_source(args, str(Path(args.model).expanduser()), "--model")
     if args.store is None:
         if args.model != "default":
             raise ConfigError("--store is required with a model other than 'default': the store of real steps")
         args.store = anyio.run(ensure_held_out)
-    meta = read_metadata(model_dir)
+    meta = read_metadata(model_dir) if isinstance(model_dir, Path) else {}
     if args.retrieval is None:
         trained_on = Path(meta.get("store") or args.store).expanduser()
         args.retrieval = trained_on if (trained_on / "data.mdb").exists() else args.store
@@ -108,7 +121,7 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 async def _validate(
     args: argparse.Namespace,
-    model_dir: Path,
+    model_dir: Any,
     meta: dict[str, Any],
     chosen: list[tuple[str, int | None]],
     held_out: list[tuple[str, int | None]],
@@ -134,7 +147,10 @@ async def _validate(
 
                 asked = ", ".join(t if seed is None else f"{t}:{seed}" for t, seed in chosen[:5])
                 raise UsageError(f"{args.store} holds no real step of {asked} (--tasks, --held-out)")
-        model = load_experience_model(model_dir, sampling=Sampling(max_new_tokens=args.max_new_tokens))
+        served = not isinstance(model_dir, Path)  # a served model samples as its --sim-* flags say
+        model = load_experience_model(
+            model_dir, sampling=None if served else Sampling(max_new_tokens=args.max_new_tokens)
+        )
         variants = None
         if args.ablations:
             variants = ablation_variants(model, trained_with_reasoning=bool(meta.get("trained_with_reasoning")))

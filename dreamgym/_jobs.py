@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from dreamgym.core.types import Source, Task
     from dreamgym.replay import StoreConfig
     from dreamgym.runtime import GroupSpec, Runtime, RuntimeConfig
-    from dreamgym.simulator import SimulatedEnv
+    from dreamgym.simulator import ServedModel, SimulatedEnv
 
 __all__ = ["PolicyFactory", "grounded_simulator", "mixed_groups", "open_runtime", "simulator_factory"]
 
@@ -37,7 +37,7 @@ async def open_runtime(
     policy: PolicyFactory,
     config: RuntimeConfig,
     *,
-    sim_model: Path | None = None,
+    sim_model: Path | ServedModel | None = None,
     exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
     embedder: Embedder | None = None,
     store_config: StoreConfig | None = None,
@@ -83,14 +83,15 @@ async def open_runtime(
 
 
 def simulator_factory(
-    model_dir: Path,
+    model_dir: Path | ServedModel,
     store: ReplayStore,
     limiter: anyio.CapacityLimiter,
     *,
     max_steps: int,
     exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
 ) -> Callable[[], SimulatedEnv]:
-    """Load the experience model at ``model_dir`` once; make simulated environments that retrieve from ``store``.
+    """Load the experience model at ``model_dir`` (or reach the served one) once; make simulated environments
+    that retrieve from ``store``.
 
     ``exclude_task_seeds`` are kept out of retrieval (the leakage rule): pass
     every held-out (task, seed).

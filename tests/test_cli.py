@@ -116,6 +116,20 @@ def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) 
             assert not store.exists()  # checked before anything was opened
 
 
+def test_a_served_experience_model_needs_its_name_and_cannot_be_refit(tmp_path: Path) -> None:
+    store, url = tmp_path / "store", "http://127.0.0.1:9/v1"
+    result = dreamgym("rollout", "--store", str(store), "--tasks", "click-button", "--sim-url", url, check=False)
+    assert result.returncode == 2 and "--sim-url needs --sim-model NAME" in result.stderr
+    result = dreamgym("rollout", "--store", str(store), "--tasks", "click-button", "--sim-url", url, "--sim-model",
+                      "m", *("--sim-stop", "a") * 5, check=False)  # fmt: skip
+    assert result.returncode == 2 and "--sim-stop given at most four times" in result.stderr
+    result = dreamgym("train", "--mode", "synthetic", "--store", str(store), "--tasks", "click-button",
+                      "--sim-url", url, "--sim-model", "m", "--sim-refit-every", "2", "--output-dir",
+                      str(tmp_path / "run"), check=False)  # fmt: skip
+    assert result.returncode == 2 and "needs a local model, not --sim-url" in result.stderr
+    assert not store.exists()
+
+
 def test_the_task_grammar() -> None:
     from dreamgym._cli_common import task_names
     from dreamgym.bridge.demonstrators import DEMONSTRATORS

@@ -40,7 +40,7 @@ from dreamgym.simulator._fidelity import (
     teacher_forced_queries,
     without_salvaged,
 )
-from dreamgym.simulator._load import load_experience_model
+from dreamgym.simulator._load import ServedModel, load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
 from dreamgym.simulator._sft import (
@@ -74,6 +74,7 @@ __all__ = [
     "ParsedAnswer",
     "SFTExample",
     "ScratchModelConfig",
+    "ServedModel",
     "SimTrainConfig",
     "SimulatedEnv",
     "SimulatorConfig",

@@ -1,7 +1,8 @@
-"""Loading a trained experience model the way it was trained."""
+"""Loading a trained experience model the way it was trained, or reaching one a server serves."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -9,28 +10,58 @@ from dreamgym.core.protocols import ReplayStore, Sampling
 from dreamgym.simulator._model import ExperienceModelConfig, LLMExperienceModel
 from dreamgym.simulator._sft import read_metadata
 from dreamgym.simulator._templates import TemplateConfig
-from dreamgym.simulator.backends import LocalBackend
+from dreamgym.simulator.backends import LocalBackend, OpenAIBackend
 
-__all__ = ["load_experience_model"]
+__all__ = ["ServedModel", "load_experience_model"]
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """An experience model behind an OpenAI-compatible server (vLLM, SGLang, ``transformers serve``).
+
+    Whatever the server runs must answer in :attr:`template`'s format (a model
+    trained by ``dreamgym sim train`` and served, or a chat model prompted by
+    the default template); its answers are parsed as a local model's are.
+    """
+
+    model: str
+    """The model name the server serves."""
+    url: str
+    """The server's ``/v1`` URL."""
+    max_new_tokens: int = 384
+    stop: tuple[str, ...] = ()
+    """Strings its answers end at (at most four)."""
+    timeout_s: float = 120.0
+    """Seconds a request may take once sent."""
+    concurrency: int = 8
+    """Requests in flight at once."""
+    template: TemplateConfig = field(default_factory=TemplateConfig)
 
 
 def load_experience_model(
-    path: str | Path,
+    path: str | Path | ServedModel,
     *,
     store: ReplayStore | None = None,
     sampling: Sampling | None = None,
     max_attempts: int = 3,
     **backend_options: Any,
 ) -> LLMExperienceModel:
-    """A local model directory as an experience model, with the template it was trained on.
+    """A local model directory as an experience model, with the template it was trained on; or a served one.
 
     The template comes from the directory's ``dreamgym_model.json`` (written by
     ``dreamgym sim train``); a directory without one (an untrained chat model)
-    gets the default template. ``backend_options`` go to :class:`LocalBackend`.
+    gets the default template. ``backend_options`` go to :class:`LocalBackend`
+    (a :class:`ServedModel` needs none: its server does the work).
 
     Raises:
         ConfigError: The directory holds no model.
     """
+    if isinstance(path, ServedModel):
+        backend = OpenAIBackend(model=path.model, base_url=path.url, timeout_s=path.timeout_s,
+                                max_concurrency=path.concurrency)  # fmt: skip
+        sampling = sampling or Sampling(max_new_tokens=path.max_new_tokens, stop=path.stop)
+        served = ExperienceModelConfig(template=path.template, sampling=sampling, max_attempts=max_attempts)
+        return LLMExperienceModel(backend, config=served, store=store)
     recorded = read_metadata(path).get("template")
     template = TemplateConfig(**recorded) if recorded else TemplateConfig()
     config = ExperienceModelConfig(

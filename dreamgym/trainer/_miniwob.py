@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import Embedder, TextBackend
 from dreamgym.runtime import RuntimeConfig
 from dreamgym.trainer._sides import ModelSlot, OpenSides, Sides, sft_refit
 
 if TYPE_CHECKING:
     from dreamgym.bridge import Site
+    from dreamgym.simulator import ServedModel
 
 __all__ = ["MiniWobSides", "miniwob_sides"]
 
@@ -31,8 +33,8 @@ class MiniWobSides:
 
     store: Path
     eval_store: Path
-    sim_model: Path | None = None
-    """The experience model's directory; ``None`` runs real groups only."""
+    sim_model: Path | ServedModel | None = None
+    """The experience model's directory, or a served one (not refittable); ``None`` runs real groups only."""
     exclude_task_seeds: tuple[tuple[str, int | None], ...] = ()
     """Held-out (task, seed) pairs: never retrieved, never in refit data."""
     refit_dir: Path | None = None
@@ -78,6 +80,11 @@ def miniwob_sides(settings: MiniWobSides) -> OpenSides:
                 model = load_experience_model(settings.sim_model, store=store, limiter=limiter)
                 refit = None
                 if settings.refit_dir is not None:
+                    if not isinstance(settings.sim_model, Path):
+                        raise ConfigError(
+                            "sim_refit_every refits the experience model's weights: it needs a local model "
+                            "directory, not a served model"
+                        )
                     refit = sft_refit(
                         settings.refit_dir,
                         base=settings.sim_model,
