@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "RUN_TASKS_HELP",
     "TASKS_HELP",
+    "add_served_arguments",
     "add_served_sim_arguments",
     "add_site_argument",
     "embedder_named",
@@ -23,6 +24,8 @@ __all__ = [
     "parse_seeds",
     "parse_tasks",
     "run_tasks",
+    "served_backend",
+    "served_settings",
     "task_names",
     "webarena_sites",
 ]
@@ -204,17 +207,82 @@ def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
     return [WebArenaSite(site_urls(args.site), judge=judge, reset_command=getattr(args, "reset_command", None))]
 
 
+def add_served_arguments(
+    parser: argparse.ArgumentParser,
+    prefix: str,
+    what: str,
+    *,
+    max_new_tokens: int,
+    model: bool = True,
+    url_help: str = "",
+) -> None:
+    """``--PREFIX-url``, ``-model`` (unless ``model`` is False: the command names it otherwise),
+    ``-max-new-tokens``, ``-stop``, ``-timeout`` and ``-concurrency``: one served model's settings,
+    the same in every command that asks one (read back by :func:`served_backend`)."""
+    group = parser.add_argument_group(f"the {what} on an OpenAI-compatible server (vLLM, SGLang, ...)")
+    group.add_argument(f"--{prefix}-url", default=None, metavar="URL", help=url_help or f"the {what}'s /v1 URL")
+    if model:
+        group.add_argument(f"--{prefix}-model", default=None, metavar="NAME", help=f"the {what}'s model name")
+    group.add_argument(f"--{prefix}-max-new-tokens", type=int, default=max_new_tokens, metavar="N",
+                       help="token budget of each answer")  # fmt: skip
+    group.add_argument(f"--{prefix}-stop", action="append", default=None, metavar="TEXT",
+                       help="a string its answers end at (repeatable, at most four)")  # fmt: skip
+    group.add_argument(f"--{prefix}-timeout", type=float, default=120.0, metavar="S",
+                       help="seconds a request may take once sent")  # fmt: skip
+    group.add_argument(f"--{prefix}-concurrency", type=int, default=8, metavar="N", help="requests in flight at once")
+
+
+def served_settings(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    """The checked settings of :func:`add_served_arguments`: ``max_new_tokens``, ``stop``, ``timeout_s``,
+    ``concurrency``.
+
+    Raises:
+        UsageError: A setting out of range (named by its flag).
+    """
+    from dreamgym.core.errors import UsageError
+
+    key = prefix.replace("-", "_")
+    settings = {
+        "max_new_tokens": getattr(args, f"{key}_max_new_tokens"),
+        "stop": tuple(getattr(args, f"{key}_stop") or ()),
+        "timeout_s": getattr(args, f"{key}_timeout"),
+        "concurrency": getattr(args, f"{key}_concurrency"),
+    }
+    if settings["max_new_tokens"] < 1 or settings["concurrency"] < 1 or settings["timeout_s"] <= 0:
+        raise UsageError(f"--{prefix}-max-new-tokens and --{prefix}-concurrency must be >= 1 and "
+                         f"--{prefix}-timeout above 0")  # fmt: skip
+    if len(settings["stop"]) > 4:
+        raise UsageError(f"--{prefix}-stop given at most four times (OpenAI-compatible servers take four)")
+    return settings
+
+
+def served_backend(args: argparse.Namespace, prefix: str, *, temperature: float = 0.0) -> tuple[Any, Any] | None:
+    """The ``OpenAIBackend`` and ``Sampling`` of ``--PREFIX-url`` and its settings; ``None`` without a URL.
+
+    Raises:
+        UsageError: A URL without ``--PREFIX-model``, or a setting out of range.
+    """
+    from dreamgym.core.errors import UsageError
+    from dreamgym.core.protocols import Sampling
+    from dreamgym.simulator import OpenAIBackend
+
+    key = prefix.replace("-", "_")
+    url, model = getattr(args, f"{key}_url"), getattr(args, f"{key}_model")
+    if not url:
+        return None
+    if not model:
+        raise UsageError(f"--{prefix}-url needs --{prefix}-model, the model name its server serves")
+    settings = served_settings(args, prefix)
+    backend = OpenAIBackend(model=model, base_url=url, timeout_s=settings["timeout_s"],
+                            max_concurrency=settings["concurrency"])  # fmt: skip
+    return backend, Sampling(temperature=temperature, max_new_tokens=settings["max_new_tokens"], stop=settings["stop"])
+
+
 def add_served_sim_arguments(parser: argparse.ArgumentParser, model_flag: str) -> None:
-    """The flags of an experience model on an OpenAI-compatible server, beside ``model_flag`` (its name there)."""
-    served = parser.add_argument_group("a served experience model (vLLM, SGLang, transformers serve, ...)")
-    served.add_argument("--sim-url", default=None, metavar="URL",
-                        help=f"OpenAI-compatible /v1 URL serving the experience model; {model_flag} then names "
-                             "the served model, which must answer in the default template's format")  # fmt: skip
-    served.add_argument("--sim-max-new-tokens", type=int, default=384, help="token budget of each prediction")
-    served.add_argument("--sim-stop", action="append", default=None, metavar="TEXT",
-                        help="a string predictions end at (repeatable, at most four)")  # fmt: skip
-    served.add_argument("--sim-timeout", type=float, default=120.0, help="seconds a request may take once sent")
-    served.add_argument("--sim-concurrency", type=int, default=8, help="requests in flight at once")
+    """A served experience model's flags; ``model_flag`` is its name there."""
+    add_served_arguments(parser, "sim", "experience model", max_new_tokens=384, model=False,
+                         url_help=f"the /v1 URL serving the experience model; {model_flag} then names the served "
+                                  "model, which must answer in the default template's format")  # fmt: skip
 
 
 def experience_model_source(args: argparse.Namespace, name: str, model_flag: str) -> Any:
@@ -237,12 +305,7 @@ def experience_model_source(args: argparse.Namespace, name: str, model_flag: str
 
     if name == "default":
         raise UsageError(f"--sim-url needs {model_flag} NAME, the model name its server serves")
-    stop = tuple(args.sim_stop or ())
-    if args.sim_max_new_tokens < 1 or args.sim_concurrency < 1 or args.sim_timeout <= 0 or len(stop) > 4:
-        raise UsageError("--sim-max-new-tokens and --sim-concurrency must be >= 1, --sim-timeout above 0, and "
-                         "--sim-stop given at most four times")  # fmt: skip
-    return ServedModel(model=name, url=url, max_new_tokens=args.sim_max_new_tokens, stop=stop,
-                       timeout_s=args.sim_timeout, concurrency=args.sim_concurrency)  # fmt: skip
+    return ServedModel(model=name, url=url, **served_settings(args, "sim"))
 
 
 def embedder_named(name: str | None) -> Any:

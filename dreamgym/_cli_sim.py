@@ -9,7 +9,15 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import RUN_TASKS_HELP, add_site_argument, hold_outs, open_store, parse_tasks
+from dreamgym._cli_common import (
+    RUN_TASKS_HELP,
+    add_served_arguments,
+    add_site_argument,
+    hold_outs,
+    open_store,
+    parse_tasks,
+    served_backend,
+)
 
 __all__ = ["add_sim_commands"]
 
@@ -31,8 +39,7 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--history", type=int, default=1, help="past steps in the prompt (H)")
     train.add_argument("--neighbours", type=int, default=2, help="retrieved real transitions in the prompt (k)")
     train.add_argument("--output", choices=("diff", "state"), default="diff", help="predict a diff or the full page")
-    train.add_argument("--teacher-url", default=None, help="OpenAI-compatible /v1 URL of a reasoning teacher")
-    train.add_argument("--teacher-model", default=None, help="the teacher's model name")
+    add_served_arguments(train, "teacher", "reasoning teacher", max_new_tokens=1024)
     train.add_argument("--hold-out", action="append", default=[], metavar="TASK[:SEED]",
                        help="leave a (task, seed) out of examples and retrieval; repeatable")  # fmt: skip
     train.add_argument(
@@ -97,7 +104,6 @@ def _run_train(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.simulator import (
-        OpenAIBackend,
         SimTrainConfig,
         TemplateConfig,
         annotate_reasoning,
@@ -109,9 +115,7 @@ def _run_train(args: argparse.Namespace) -> int:
     selected = None
     if args.tasks is not None:  # checked before the store is opened
         selected = {task.task_id for task in parse_tasks(args.tasks, args.site)[0]}
-    teacher = None
-    if args.teacher_url:
-        teacher = OpenAIBackend(model=args.teacher_model or "teacher", base_url=args.teacher_url)
+    teacher, teacher_sampling = served_backend(args, "teacher") or (None, None)
     template = TemplateConfig(
         history=args.history, neighbours=args.neighbours, reasoning=teacher is not None, output=args.output
     )
@@ -128,7 +132,7 @@ def _run_train(args: argparse.Namespace) -> int:
             if teacher is not None:
                 from dreamgym.simulator import real_episodes
 
-                reasoning = await annotate_reasoning(teacher, await real_episodes(store))
+                reasoning = await annotate_reasoning(teacher, await real_episodes(store), sampling=teacher_sampling)
                 await teacher.aclose()
             return await build_sft_examples(store, template, exclude_task_seeds=held_out, reasoning=reasoning)
 

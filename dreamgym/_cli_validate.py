@@ -18,12 +18,15 @@ from typing import Any
 
 from dreamgym._cli_common import (
     RUN_TASKS_HELP,
+    add_served_arguments,
     add_served_sim_arguments,
     add_site_argument,
     experience_model_source,
     hold_outs,
     open_store,
     parse_tasks,
+    served_backend,
+    served_settings,
 )
 
 __all__ = ["add_validate_command"]
@@ -69,8 +72,7 @@ def add_validate_command(commands: Any) -> None:
     )
     parser.add_argument("--open-loop", type=int, default=0, metavar="K", help="drift curve to depth K (0: none)")
     parser.add_argument("--ablations", action="store_true", help="also without retrieval, history, reasoning")
-    parser.add_argument("--judge-url", default=None, help="OpenAI-compatible /v1 URL of an LLM judge (rubric)")
-    parser.add_argument("--judge-model", default=None, help="the judge's model name")
+    add_served_arguments(parser, "judge", "rubric judge", max_new_tokens=200)
     parser.add_argument("--judge-episodes", type=int, default=8, help="episodes the judge scores")
     parser.add_argument("--concurrency", type=int, default=8, help="predictions in flight at once")
     parser.add_argument("--max-new-tokens", type=int, default=384, help="token budget of each local prediction")
@@ -83,7 +85,7 @@ def _run_validate(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from dreamgym.core.errors import ConfigError
+    from dreamgym.core.errors import ConfigError, UsageError
     from dreamgym.sim_default import ensure_held_out
     from dreamgym.simulator import read_metadata
     from dreamgym.validate import write_report
@@ -107,8 +109,10 @@ def _run_validate(args: argparse.Namespace) -> int:
     chosen = hold_outs(args.held_out)
     held_out = list(dict.fromkeys([*chosen, *named_out, *((task, seed) for task, seed in meta.get("held_out", []))]))
     chosen += named
-    if args.judge_url and not args.judge_model:
-        raise ConfigError("--judge-url needs --judge-model, the model name the judge's server serves")
+    if args.judge_url:  # checked before anything is opened
+        served_settings(args, "judge")
+        if not args.judge_model:
+            raise UsageError("--judge-url needs --judge-model, the model name its server serves")
 
     if not getattr(args, "verbose", False):  # each unusable answer in the open loop would log a line
         logging.getLogger("dreamgym.simulator").setLevel(logging.WARNING)
@@ -130,7 +134,7 @@ async def _validate(
 
     from dreamgym.core.protocols import Sampling
     from dreamgym.core.types import Step, decode_record
-    from dreamgym.simulator import OpenAIBackend, load_experience_model
+    from dreamgym.simulator import load_experience_model
     from dreamgym.validate import ValidationConfig, ablation_variants, validate
 
     async with AsyncExitStack() as stack:
@@ -154,9 +158,8 @@ async def _validate(
         variants = None
         if args.ablations:
             variants = ablation_variants(model, trained_with_reasoning=bool(meta.get("trained_with_reasoning")))
-        judge = None
-        if args.judge_url:
-            judge = OpenAIBackend(model=args.judge_model, base_url=args.judge_url)
+        judge, judge_sampling = served_backend(args, "judge") or (None, None)
+        if judge is not None:
             stack.push_async_callback(judge.aclose)
         config = ValidationConfig(
             neighbours=max(model.config.template.neighbours, 1),
@@ -165,6 +168,7 @@ async def _validate(
             open_loop=args.open_loop,
             concurrency=args.concurrency,
             judge_episodes=args.judge_episodes,
+            judge_sampling=judge_sampling,
         )
         return await validate(model, steps, store=retrieval, config=config, ablations=variants, judge=judge)
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dreamgym.core.errors import ConfigError
-from dreamgym.core.protocols import ExperienceModel, ReplayStore, TextBackend
+from dreamgym.core.protocols import ExperienceModel, ReplayStore, Sampling, TextBackend
 from dreamgym.core.types import Step
 from dreamgym.simulator import (
     BASELINES,
@@ -83,6 +83,8 @@ class ValidationConfig:
     """Worst model predictions kept for the report."""
     judge_episodes: int = 8
     """Episodes the LLM judge scores, when a judge is given."""
+    judge_sampling: Sampling | None = None
+    """How the judge answers (``None``: greedy, 200 tokens)."""
 
     def __post_init__(self) -> None:
         for name in ("neighbours", "limit", "open_loop", "worst_cases", "judge_episodes"):
@@ -302,7 +304,7 @@ async def validate(
         for outcome in outcomes["model"]:
             by_episode.setdefault(outcome.step.episode_id, []).append(outcome)
         sample = [by_episode[e[0].episode_id] for e in episodes[: config.judge_episodes]]
-        judged = await judge_episodes(judge, sample, concurrency=config.concurrency)
+        judged = await judge_episodes(judge, sample, sampling=config.judge_sampling, concurrency=config.concurrency)
     return ValidationReport(
         model_id=model.model_id,
         template_id=str(getattr(model, "template_id", "")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -13,6 +14,7 @@ from validate_helpers import fill_store, open_store
 
 from dreamgym.bridge import BrowserPool
 from dreamgym.simulator import TemplateConfig
+from dreamgym.validate import RUBRIC
 
 
 def held_out_store(path: Path) -> Path:
@@ -96,15 +98,24 @@ async def test_validate_on_miniwob_with_a_model_trained_on_it(tmp_path: Path, po
 
 def test_validate_a_served_experience_model_with_its_server_settings(tmp_path: Path) -> None:
     held = held_out_store(tmp_path / "held")
-    state = ServerState(chat_reply=lambda body: "<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>")
+    rubric = json.dumps(dict.fromkeys(RUBRIC, 2))
+
+    def reply(body: dict[str, Any]) -> str:
+        return rubric if body["model"] == "judge" else "<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>"
+
+    state = ServerState(chat_reply=reply)
     with openai_server(state) as (url, _):
         out = dreamgym("validate", "--store", str(held), "--model", "served-sim", "--sim-url", url,
                        "--sim-max-new-tokens", "200", "--sim-stop", "</done>", "--sim-timeout", "30", "--limit", "3",
-                       "--out", str(tmp_path / "report")).stdout  # fmt: skip
+                       "--judge-url", url, "--judge-model", "judge", "--judge-max-new-tokens", "64",
+                       "--judge-episodes", "1", "--out", str(tmp_path / "report")).stdout  # fmt: skip
     assert "one step on 3 real steps" in out
     data = json.loads((tmp_path / "report" / "validation.json").read_text())
     assert data["one_step"]["model"]["n"] == 3 and data["template_id"] == TemplateConfig().template_id  # default
     asked = [r for r in state.requests if r.get("model") == "served-sim"]
     assert len(asked) == 3 and all(r["max_tokens"] == 200 and r["stop"] == ["</done>"] for r in asked)
+    judged = [r for r in state.requests if r.get("model") == "judge"]
+    assert len(judged) == 1 and judged[0]["max_tokens"] == 64
+    assert data["judge"]["scores"] == dict.fromkeys(RUBRIC, 2.0)
     refused = dreamgym("validate", "--store", str(held), "--sim-url", url, "--out", str(tmp_path / "x"), check=False)
     assert refused.returncode == 2 and "--sim-url needs --model NAME" in refused.stderr
