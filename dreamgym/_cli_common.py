@@ -165,6 +165,10 @@ def add_site_argument(parser: argparse.ArgumentParser, *, episodes: bool = True)
     parser.add_argument("--reset-command", default=None, metavar="CMD",
                         help="a shell command that brings a stateful webarena: site back to its first state, run "
                              "before every real episode; real episodes then run one at a time")  # fmt: skip
+    parser.add_argument("--login-command", default=None, metavar="CMD",
+                        help="a shell command that logs in to a webarena: site and saves the task's "
+                             "storage_state (at $DREAMGYM_LOGIN_STATE), run when it is missing or a cookie in "
+                             "it has expired")  # fmt: skip
     parser.add_argument("--answer-judge-url", default=None, metavar="URL",
                         help="OpenAI-compatible /v1 URL of the LLM that scores webarena: answers by fuzzy_match "
                              "and ua_match, with WebArena's prompts")  # fmt: skip
@@ -185,8 +189,9 @@ def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
 
     configs = [(task, task_config(task)) for task in tasks if task.benchmark == "webarena"]
     if not configs:
-        if getattr(args, "reset_command", None):
-            raise UsageError("--reset-command is for webarena: tasks (MiniWoB++ pages reset themselves)")
+        for flag in ("reset_command", "login_command"):
+            if getattr(args, flag, None):
+                raise UsageError(f"--{flag.replace('_', '-')} is for webarena: tasks (MiniWoB++ pages need neither)")
         return []
     url, model = getattr(args, "answer_judge_url", None), getattr(args, "answer_judge_model", None)
     if url and not model:
@@ -204,7 +209,10 @@ def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
                     f"task {task.task_id} scores its answer by fuzzy_match, which asks an LLM judge: give "
                     "--answer-judge-url URL --answer-judge-model NAME (any OpenAI-compatible server)"
                 )
-    return [WebArenaSite(site_urls(args.site), judge=judge, reset_command=getattr(args, "reset_command", None))]
+    return [
+        WebArenaSite(site_urls(args.site), judge=judge, reset_command=getattr(args, "reset_command", None),
+                     login_command=getattr(args, "login_command", None))
+    ]  # fmt: skip
 
 
 def add_served_arguments(

@@ -8,7 +8,10 @@ that requires login starts from its ``storage_state`` file, looked up in the
 auth directory (``$WEBARENA_AUTH_DIR``, default ``./.auth``). A stateful
 site (a shop whose orders change, a forum whose posts do) takes a reset
 command, run before every episode: its episodes must then run one at a time
-(``RuntimeConfig.real_concurrency=1``; the command line sets it).
+(``RuntimeConfig.real_concurrency=1``; the command line sets it). A login
+command renews a task's ``storage_state`` when it is missing or a cookie in
+it has expired (WebArena's harness logs in again before each task), so a long
+run does not go on logged out, scoring 0 without a word.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -133,7 +137,11 @@ class WebArenaSite:
         judge: The LLM judge for ``fuzzy_match`` (tasks that need one fail clearly without it).
         reset_command: A shell command run before every episode (:meth:`prepare`) that brings a
             stateful site back to its starting state; episodes must then run one at a time.
-        reset_timeout_s: How long the reset command may take.
+        reset_timeout_s: How long the reset command (and the login command) may take.
+        login_command: A shell command that logs in and saves the task's ``storage_state``, run
+            before an episode whose login state is missing or holds an expired cookie. It gets
+            ``DREAMGYM_LOGIN_STATE`` (the file to write), ``DREAMGYM_LOGIN_SITES`` (the config's
+            sites, comma-separated) and the site URLs (``SHOPPING``, ...) in its environment.
     """
 
     name = "webarena"
@@ -146,6 +154,7 @@ class WebArenaSite:
         judge: Judge | None = None,
         reset_command: str | None = None,
         reset_timeout_s: float = 600.0,
+        login_command: str | None = None,
     ):
         self.urls = urls or site_urls_from_env()
         self.auth_dir = Path(auth_dir or os.environ.get("WEBARENA_AUTH_DIR") or ".auth")
@@ -154,32 +163,62 @@ class WebArenaSite:
         self.reset_timeout_s = reset_timeout_s
         self.resets = 0
         """Reset commands run so far."""
+        self.login_command = login_command
+        self.logins = 0
+        """Login commands run so far."""
 
     async def prepare(self, task: Task) -> None:
-        """Before an episode's browser context opens: run the reset command, if any.
+        """Before an episode's browser context opens: run the reset command, then renew the login state.
 
         Raises:
-            BackendError: The command failed, or outlasted ``reset_timeout_s``: the episode does
-                not start on a site in an unknown state (the runtime records it as cut, with
-                the command's last line of output).
+            BackendError: A command failed, or outlasted ``reset_timeout_s``, or the login command
+                left no fresh login state: the episode does not start on a site in an unknown state
+                (the runtime records it as cut, with the command's last line of output).
+            ConfigError: The login state expired and there is no login command to renew it.
         """
-        if not self.reset_command:
+        if self.reset_command:
+            await self._run(self.reset_command, "reset", task)
+            self.resets += 1
+        path = self._login_state(task)
+        if path is None or _fresh(path):
             return
-        command = ["/bin/sh", "-c", self.reset_command]
+        if not self.login_command:
+            if not path.exists():
+                return  # context_options says what is missing
+            raise ConfigError(
+                f"task {task.task_id}'s login state {path} does not parse or holds an expired cookie: log in "
+                "again and save it, "
+                "or give a login command (--login-command) that does"
+            )
+        sites = ",".join(task_config(task).get("sites", []))
+        env = {**os.environ, **self.urls.urls, "DREAMGYM_LOGIN_STATE": str(path), "DREAMGYM_LOGIN_SITES": sites}
+        await self._run(self.login_command, "login", task, env=env)
+        self.logins += 1
+        if not _fresh(path):
+            raise BackendError(f"the login command left no fresh login state at {path} for task {task.task_id}")
+
+    async def _run(self, command: str, what: str, task: Task, env: Mapping[str, str] | None = None) -> None:
         try:
             with anyio.fail_after(self.reset_timeout_s):
-                result = await anyio.run_process(command, check=False)
+                result = await anyio.run_process(["/bin/sh", "-c", command], check=False, env=env)
         except TimeoutError:
             raise BackendError(
-                f"the reset command did not finish within {self.reset_timeout_s:g} s: {shlex.quote(self.reset_command)}"
+                f"the {what} command did not finish within {self.reset_timeout_s:g} s: {shlex.quote(command)}"
             ) from None
         if result.returncode != 0:
             said = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
             raise BackendError(
-                f"the reset command exited with status {result.returncode} before task {task.task_id}"
+                f"the {what} command exited with status {result.returncode} before task {task.task_id}"
                 + (f": {said[-1]}" if said else "")
             )
-        self.resets += 1
+
+    def _login_state(self, task: Task) -> Path | None:
+        """Where the task's login state lives; ``None`` when it needs none."""
+        config = task_config(task)
+        state = config.get("storage_state")
+        if not (state and config.get("require_login", True)):
+            return None
+        return self.auth_dir / Path(state).name
 
     def allowlist(self, task: Task) -> Allowlist:
         config = task_config(task)
@@ -191,15 +230,14 @@ class WebArenaSite:
         return [self.urls.resolve(url.strip()) for url in task.start_url.split(" |AND| ") if url.strip()]
 
     def context_options(self, task: Task) -> dict[str, Any]:
-        config = task_config(task)
-        state = config.get("storage_state")
-        if not (state and config.get("require_login", True)):
+        path = self._login_state(task)
+        if path is None:
             return {}
-        path = self.auth_dir / Path(state).name
         if not path.exists():
             raise ConfigError(
                 f"task {task.task_id} needs the login state {path}; save one with Playwright's "
-                "context.storage_state(path=...) after logging in, or set WEBARENA_AUTH_DIR"
+                "context.storage_state(path=...) after logging in, give a login command (--login-command) "
+                "that saves it, or set WEBARENA_AUTH_DIR"
             )
         return {"storage_state": str(path)}
 
@@ -226,3 +264,18 @@ class WebArenaSite:
 
     async def aclose(self) -> None:
         pass
+
+
+_LOGIN_MARGIN_S = 60.0
+"""A cookie that expires within this many seconds counts as expired: an episode must not outlive its login."""
+
+
+def _fresh(path: Path) -> bool:
+    """Whether the Playwright ``storage_state`` file at ``path`` exists, parses, and holds no cookie that has
+    expired or expires within :data:`_LOGIN_MARGIN_S` (session cookies, ``expires`` -1, never expire here)."""
+    limit = time.time() + _LOGIN_MARGIN_S
+    try:
+        cookies = json.loads(path.read_text()).get("cookies", [])
+        return all(not (0 < float(c.get("expires", -1)) < limit) for c in cookies)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return False

@@ -69,7 +69,7 @@ def test_a_reset_command_runs_before_every_real_episode_one_at_a_time(tmp_path: 
     assert "the database is locked" in broken.stderr + broken.stdout
     refused = dreamgym("collect", "--store", str(tmp_path / "mw"), "--tasks", "click-button", "--reset-command",
                        "true", check=False)  # fmt: skip
-    assert refused.returncode == 2 and "--reset-command is for webarena: tasks" in refused.stderr
+    assert refused.returncode == 2 and "--reset-command is for webarena: tasks" in refused.stderr, refused.stderr
 
 
 def test_a_fuzzy_match_task_without_an_answer_judge_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,44 @@ async def test_a_task_that_requires_login_starts_from_its_storage_state(
     without = WebArenaSite(site_urls_from_env(sites), auth_dir=str(tmp_path / "none"))
     with pytest.raises(ConfigError, match="needs the login state"):
         await run(pool, without, cfg, ["stop []"], tmp_path)
+
+
+async def test_a_login_command_renews_a_missing_or_expired_login_state_and_only_then(
+    pool: BrowserPool, sites: dict[str, str], tmp_path: Path
+) -> None:
+    auth, count = tmp_path / "auth", tmp_path / "logins"
+    auth.mkdir()
+    login = tmp_path / "login.py"  # logs in as a site's own script would: writes the state the site accepts
+    login.write_text(
+        "import json, os, time, urllib.parse\n"
+        "host = urllib.parse.urlsplit(os.environ['SHOPPING']).hostname\n"
+        "assert os.environ['DREAMGYM_LOGIN_SITES'] == 'shopping'\n"
+        "cookie = {'name': 'session', 'value': 'ok', 'domain': host, 'path': '/', 'expires': time.time() + 3600,\n"
+        "          'httpOnly': False, 'secure': False, 'sameSite': 'Lax'}\n"
+        "open(os.environ['DREAMGYM_LOGIN_STATE'], 'w').write(json.dumps({'cookies': [cookie], 'origins': []}))\n"
+        f"open({str(count)!r}, 'a').write('login\\n')\n"
+    )
+    host = sites["SHOPPING"].split("//")[1].split(":")[0]
+    stale = {"name": "session", "value": "ok", "domain": host, "path": "/", "expires": time.time() - 10,
+             "httpOnly": False, "secure": False, "sameSite": "Lax"}  # fmt: skip
+    (auth / "shopping_state.json").write_text(json.dumps({"cookies": [stale], "origins": []}))
+    welcome = {"url": "__SHOPPING__/customer/account/", "locator": "",
+               "required_contents": {"must_include": ["Welcome, Emma Lopez"]}}  # fmt: skip
+    cfg = config(13, html_eval(welcome), require_login=True, storage_state="./.auth/shopping_state.json")
+    urls = site_urls_from_env(sites)
+    with pytest.raises(ConfigError, match="holds an expired cookie: log in again"):
+        await run(pool, WebArenaSite(urls, auth_dir=str(auth)), cfg, ["stop []"], tmp_path)
+    site = WebArenaSite(urls, auth_dir=str(auth), login_command=f"{sys.executable} {login}")
+    assert await run(pool, site, cfg, ["stop []"], tmp_path) == 1.0
+    assert await run(pool, site, cfg, ["stop []"], tmp_path) == 1.0
+    assert site.logins == 1 and count.read_text() == "login\n"  # the renewed state is fresh: no second login
+    (auth / "shopping_state.json").unlink()
+    broken = WebArenaSite(urls, auth_dir=str(auth), login_command="echo wrong password >&2; exit 1")
+    with pytest.raises(BackendError, match="the login command exited with status 1 before task webarena/13: wrong"):
+        await run(pool, broken, cfg, ["stop []"], tmp_path)
+    idle = WebArenaSite(urls, auth_dir=str(auth), login_command="true")
+    with pytest.raises(BackendError, match="left no fresh login state"):
+        await run(pool, idle, cfg, ["stop []"], tmp_path)
 
 
 async def test_helper_calls_are_parsed_never_run_as_code(pool: BrowserPool, sites: dict[str, str]) -> None:
