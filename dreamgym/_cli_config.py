@@ -34,7 +34,15 @@ from typing import Any, Literal
 
 from dreamgym.core.errors import UsageError
 
-__all__ = ["add_config_flags", "build_config", "field_docs", "given_values", "read_config_file"]
+__all__ = [
+    "add_config_file_option",
+    "add_config_flags",
+    "apply_config_file",
+    "build_config",
+    "field_docs",
+    "given_values",
+    "read_config_file",
+]
 
 _ROLE = re.compile(r":\w+:`~?([^`]+)`")
 
@@ -154,6 +162,67 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: the file must hold a table of settings, keyed by field name")
     return data
+
+
+def add_config_file_option(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE`` for a command whose flags are not one dataclass: the file (JSON, or TOML by its
+    ``.toml`` name) is a table of the command's own flags by name (``max-steps`` or ``max_steps``); flags
+    given on the command line override it (:func:`apply_config_file`, before parsing)."""
+    parser.add_argument("--config", type=Path, default=None, metavar="FILE",
+                        help="a JSON or TOML table of this command's flags by name; flags given here override "
+                             "it")  # fmt: skip
+    parser.set_defaults(_takes_config_file=True)
+
+
+def apply_config_file(root: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Before ``root`` parses ``argv``: make the ``--config`` file's values the defaults of the command
+    ``argv`` runs (a flag the file sets is no longer required on the command line).
+
+    Raises:
+        UsageError: The file does not read, or names a flag the command does not have.
+    """
+    path = _config_path(argv)
+    parser = _command_parser(root, argv)
+    if path is None or parser is None or not parser.get_default("_takes_config_file"):
+        return
+    values = read_config_file(path)
+    flags = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
+    defaults: dict[str, Any] = {}
+    for key, value in values.items():
+        action = flags.get(str(key).replace("-", "_"))
+        if action is None:
+            known = ", ".join(sorted(dest.replace("_", "-") for dest in flags))
+            raise UsageError(f"--config {path}: {key!r} is no flag of this command (its flags: {known})")
+        if isinstance(value, str) and callable(action.type):
+            try:
+                value = action.type(value)
+            except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+                raise UsageError(f"--config {path}: {key} = {value!r}: {exc}") from None
+        defaults[action.dest] = value
+        action.required = False
+    parser.set_defaults(**defaults)
+
+
+def _config_path(argv: Sequence[str]) -> Path | None:
+    for n, token in enumerate(argv):
+        if token == "--config" and n + 1 < len(argv):
+            return Path(argv[n + 1])
+        if token.startswith("--config="):
+            return Path(token.split("=", 1)[1])
+    return None
+
+
+def _command_parser(root: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser | None:
+    """The (sub)parser of the command ``argv`` names by its leading words (``sim train`` ...)."""
+    parser, found = root, None
+    for token in argv:
+        if token.startswith("-"):
+            continue
+        commands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not commands or token not in commands[0].choices:
+            break
+        parser = found = commands[0].choices[token]
+    return found
 
 
 def build_config(cls: type, *layers: Mapping[str, Any], where: str = "") -> Any:

@@ -18,6 +18,7 @@ from dreamgym._cli_common import (
     run_tasks,
     webarena_sites,
 )
+from dreamgym._cli_config import add_config_file_option
 
 __all__ = ["add_run_commands"]
 
@@ -33,6 +34,7 @@ def add_run_commands(commands: Any) -> None:
         action="store_true",
         help="run every (task, seed) group, even those the store already holds finished episodes of",
     )
+    add_config_file_option(collect)
     collect.set_defaults(run=_run_collect)
 
     rollout = commands.add_parser("rollout", help="synthetic or mixed rollouts into a store")
@@ -45,6 +47,7 @@ def add_run_commands(commands: Any) -> None:
         help="experience model directory, or 'default' (with --sim-url: the served model's name)",
     )
     add_served_sim_arguments(rollout, "--sim-model")
+    add_config_file_option(rollout)
     rollout.set_defaults(run=_run_rollout)
 
 

@@ -18,6 +18,7 @@ from dreamgym._cli_common import (
     parse_tasks,
     served_backend,
 )
+from dreamgym._cli_config import add_config_file_option
 
 __all__ = ["add_sim_commands"]
 
@@ -49,6 +50,7 @@ def add_sim_commands(commands: Any) -> None:
         "and retrieval, and the model's metadata lists them (default: all)",
     )
     add_site_argument(train, episodes=False)
+    add_config_file_option(train)
     train.set_defaults(run=_run_train)
 
     default = sub.add_parser("build-default", help="collect MiniWoB++ and train the offline default model")
@@ -66,6 +68,7 @@ def add_sim_commands(commands: Any) -> None:
     evaluate.add_argument("--model", default="default", help="local model directory, or 'default'")
     evaluate.add_argument("--limit", type=int, default=0, help="evaluate at most this many steps (0: all)")
     evaluate.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    add_config_file_option(evaluate)
     evaluate.set_defaults(run=_run_eval)
 
 

@@ -28,6 +28,7 @@ from dreamgym._cli_common import (
     served_backend,
     served_settings,
 )
+from dreamgym._cli_config import add_config_file_option
 
 __all__ = ["add_validate_command"]
 
@@ -77,6 +78,7 @@ def add_validate_command(commands: Any) -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="predictions in flight at once")
     parser.add_argument("--max-new-tokens", type=int, default=384, help="token budget of each local prediction")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.json and report.html")
+    add_config_file_option(parser)
     parser.set_defaults(run=_run_validate)  # fmt: skip
 
 

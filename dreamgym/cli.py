@@ -14,19 +14,28 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym._cli_common import embedder_named, open_store, parse_seeds
+from dreamgym._cli_config import add_config_file_option
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    from dreamgym._cli_config import apply_config_file
+    from dreamgym.core.errors import DreamgymError, UsageError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(argv)
+    try:
+        apply_config_file(parser, argv)  # a --config file's flags become the command's defaults
+    except UsageError as exc:
+        print(f"dreamgym: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
-    from dreamgym.core.errors import DreamgymError, UsageError
 
     try:
         return int(args.run(args) or 0)
@@ -49,6 +58,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="the main job, offline: collect, simulate, roll out, evaluate, report")
     _demo_arguments(demo)
+    add_config_file_option(demo)
     demo.set_defaults(run=_run_demo)
 
     replay = commands.add_parser("replay", help="inspect and move replay stores")

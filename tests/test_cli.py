@@ -130,6 +130,22 @@ def test_a_served_experience_model_needs_its_name_and_cannot_be_refit(tmp_path: 
     assert not store.exists()
 
 
+def test_every_command_takes_a_config_file_of_its_flags_and_flags_override_it(tmp_path: Path) -> None:
+    store, config = tmp_path / "store", tmp_path / "collect.toml"
+    config.write_text('tasks = "click-button"\nseeds = "5-1"\nmax-steps = 2\nembedder = "hashing-64"\n')
+    result = dreamgym("collect", "--store", str(store), "--config", str(config), check=False)
+    assert result.returncode == 2 and "the range 5-1 runs backwards" in result.stderr  # the file's value reached it
+    out = dreamgym("collect", "--store", str(store), "--config", str(config), "--seeds", "0-1").stdout  # overridden
+    assert "2 groups, 2 episodes" in out  # one group per (task, seed), group size 1
+    config.write_text('sedes = "0-1"\n')
+    result = dreamgym("collect", "--store", str(store), "--config", str(config), check=False)
+    assert result.returncode == 2 and "'sedes' is no flag of this command" in result.stderr and "seeds" in result.stderr
+    (tmp_path / "validate.json").write_text(json.dumps({"out": str(tmp_path / "report"), "limit": 3}))
+    result = dreamgym("validate", "--model", str(tmp_path / "m"), "--config", str(tmp_path / "validate.json"),
+                      check=False)  # fmt: skip
+    assert result.returncode == 1 and "--store is required" in result.stderr  # --out came from the file
+
+
 def test_the_task_grammar() -> None:
     from dreamgym._cli_common import task_names
     from dreamgym.bridge.demonstrators import DEMONSTRATORS
