@@ -95,7 +95,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, groups_per_update: 
     parser.add_argument("--val-seeds", default="2000-2019", help="seeds the warm start is sized on")
     parser.add_argument("--held-out-seeds", default="1000-1019", help="reported seeds: each (task, seed) once")
     parser.add_argument("--train-seeds", default="100-999", help="seeds real groups start from")
-    parser.add_argument("--warm-epochs", default="0.25,0.5,1,2", help="warm-start sizes to try, in order")
+    parser.add_argument("--warm-epochs", default="0.1,0.2,0.3,0.5", help="warm-start sizes to try, in order")
     parser.add_argument("--warm-lr", type=float, default=1e-3)
     parser.add_argument("--warm-batch", type=int, default=4, help="examples per behaviour-cloning update")
     parser.add_argument("--warm-lm-weight", type=float, default=1.0, help="WarmStartConfig.lm_weight")
@@ -110,7 +110,9 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, groups_per_update: 
         default=2,
         help="TrainConfig.resample_flat: rounds per update replacing groups with no reward spread",
     )
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--temperature", type=float, default=0.5,
+                        help="the training temperature: at 1 the sampled policy learnt while its greedy readout "
+                             "did not follow; at 0.5 it does")  # fmt: skip
     parser.add_argument("--max-steps", type=int, default=6)
     parser.add_argument("--contexts", type=int, default=2, help="real episodes in flight")
 
