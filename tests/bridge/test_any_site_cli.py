@@ -73,7 +73,10 @@ def test_a_reset_command_runs_before_every_real_episode_one_at_a_time(tmp_path: 
 
 
 def test_a_fuzzy_match_task_without_an_answer_judge_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    store, fuzzy = tmp_path / "store", f"webarena:{CONFIGS.parent / 'fuzzy.json'}"
+    store, fuzzy = (
+        tmp_path / "store",
+        f"webarena:{Path(__file__).parent / 'fuzzy_task.json'}",
+    )  # not in shop/: a folder of it is collected
     site = ("--site", "shop=http://127.0.0.1:9")
     for command in (("collect", "--store", str(store)), ("rollout", "--store", str(store))):
         result = dreamgym(*command, "--tasks", fuzzy, *site, "--policy", "random", check=False)
