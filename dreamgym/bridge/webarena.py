@@ -166,6 +166,7 @@ class WebArenaSite:
         self.login_command = login_command
         self.logins = 0
         """Login commands run so far."""
+        self._login_lock: anyio.Lock | None = None  # made in the event loop, at first use
 
     async def prepare(self, task: Task) -> None:
         """Before an episode's browser context opens: run the reset command, then renew the login state.
@@ -182,13 +183,20 @@ class WebArenaSite:
         path = self._login_state(task)
         if path is None or _fresh(path):
             return
+        if self._login_lock is None:
+            self._login_lock = anyio.Lock()
+        async with self._login_lock:  # episodes in flight together log in once
+            await self._renew(task, path)
+
+    async def _renew(self, task: Task, path: Path) -> None:
+        if _fresh(path):
+            return  # another episode renewed it while this one waited
         if not self.login_command:
             if not path.exists():
                 return  # context_options says what is missing
             raise ConfigError(
                 f"task {task.task_id}'s login state {path} does not parse or holds an expired cookie: log in "
-                "again and save it, "
-                "or give a login command (--login-command) that does"
+                "again and save it, or give a login command (--login-command) that does"
             )
         sites = ",".join(task_config(task).get("sites", []))
         env = {**os.environ, **self.urls.urls, "DREAMGYM_LOGIN_STATE": str(path), "DREAMGYM_LOGIN_SITES": sites}
