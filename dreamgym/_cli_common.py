@@ -17,6 +17,7 @@ __all__ = [
     "add_served_arguments",
     "add_served_sim_arguments",
     "add_site_argument",
+    "check_served",
     "embedder_named",
     "experience_model_source",
     "hold_outs",
@@ -264,25 +265,38 @@ def served_settings(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     return settings
 
 
-def served_backend(args: argparse.Namespace, prefix: str, *, temperature: float = 0.0) -> tuple[Any, Any] | None:
-    """The ``OpenAIBackend`` and ``Sampling`` of ``--PREFIX-url`` and its settings; ``None`` without a URL.
+def check_served(args: argparse.Namespace, prefix: str) -> bool:
+    """Whether ``--PREFIX-url`` is given, its model name and settings checked (nothing is opened).
 
     Raises:
         UsageError: A URL without ``--PREFIX-model``, or a setting out of range.
     """
     from dreamgym.core.errors import UsageError
+
+    key = prefix.replace("-", "_")
+    if not getattr(args, f"{key}_url"):
+        return False
+    if not getattr(args, f"{key}_model"):
+        raise UsageError(f"--{prefix}-url needs --{prefix}-model, the model name its server serves")
+    served_settings(args, prefix)
+    return True
+
+
+def served_backend(args: argparse.Namespace, prefix: str, *, temperature: float = 0.0) -> tuple[Any, Any] | None:
+    """The ``OpenAIBackend`` and ``Sampling`` of ``--PREFIX-url`` and its settings; ``None`` without a URL.
+
+    Raises:
+        UsageError: See :func:`check_served`.
+    """
     from dreamgym.core.protocols import Sampling
     from dreamgym.simulator import OpenAIBackend
 
-    key = prefix.replace("-", "_")
-    url, model = getattr(args, f"{key}_url"), getattr(args, f"{key}_model")
-    if not url:
+    if not check_served(args, prefix):
         return None
-    if not model:
-        raise UsageError(f"--{prefix}-url needs --{prefix}-model, the model name its server serves")
+    key = prefix.replace("-", "_")
     settings = served_settings(args, prefix)
-    backend = OpenAIBackend(model=model, base_url=url, timeout_s=settings["timeout_s"],
-                            max_concurrency=settings["concurrency"])  # fmt: skip
+    backend = OpenAIBackend(model=getattr(args, f"{key}_model"), base_url=getattr(args, f"{key}_url"),
+                            timeout_s=settings["timeout_s"], max_concurrency=settings["concurrency"])  # fmt: skip
     return backend, Sampling(temperature=temperature, max_new_tokens=settings["max_new_tokens"], stop=settings["stop"])
 
 

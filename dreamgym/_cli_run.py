@@ -73,8 +73,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedder", default=None, help="embedder of a new store (default: MiniLM when installed)")
 
 
-def check_run_arguments(args: argparse.Namespace) -> None:
-    """Check ``--seeds``, ``--tasks`` and ``--site`` before anything is opened.
+def check_run_arguments(args: argparse.Namespace) -> list[Any]:
+    """Check ``--seeds``, ``--tasks`` and ``--site`` before anything is opened; the tasks.
 
     Raises:
         UsageError: Any of them cannot work (the message says which and why).
@@ -98,6 +98,7 @@ def check_run_arguments(args: argparse.Namespace) -> None:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise UsageError(f"--tasks {args.tasks!r}: no scripted demonstrator for {shown}; give another --policy "
                              "(random, local, chat), or --tasks demonstrated")  # fmt: skip
+    return tasks
 
 
 def _policy(args: argparse.Namespace, limiter: Any) -> Any:
@@ -127,12 +128,13 @@ def _policy(args: argparse.Namespace, limiter: Any) -> Any:
     return LocalPolicy.load(path, config=LocalPolicyConfig(temperature=args.temperature), limiter=limiter)
 
 
-def _runtime(args: argparse.Namespace, *, simulator: bool) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+def _runtime(
+    args: argparse.Namespace, sites: Sequence[Any], *, simulator: bool
+) -> AbstractAsyncContextManager[tuple[Any, Any]]:
     """Open the store, the browsers, the policy and (for rollouts) the simulator; yields (runtime, site)."""
     from dreamgym._jobs import open_runtime
     from dreamgym.runtime import RuntimeConfig
 
-    sites = webarena_sites(args, run_tasks(args)[0])
     concurrency = 1 if args.reset_command else args.concurrency  # a reset serves one episode at a time
     config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency)
     return open_runtime(
@@ -207,10 +209,10 @@ def _summary(results: Sequence[Any]) -> str:
 def _run_collect(args: argparse.Namespace) -> int:
     import anyio
 
-    check_run_arguments(args)
+    sites = webarena_sites(args, check_run_arguments(args))  # the answer judge's check too, before anything opens
 
     async def go() -> tuple[list[Any], int]:
-        async with _runtime(args, simulator=False) as (runtime, _):
+        async with _runtime(args, sites, simulator=False) as (runtime, _):
             groups = _groups(args, real_share=1.0)
             done = 0
             if not args.again:
@@ -257,10 +259,10 @@ async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[
 def _run_rollout(args: argparse.Namespace) -> int:
     import anyio
 
-    check_run_arguments(args)
+    sites = webarena_sites(args, check_run_arguments(args))  # the answer judge's check too, before anything opens
 
     async def go() -> list[Any]:
-        async with _runtime(args, simulator=True) as (runtime, _):
+        async with _runtime(args, sites, simulator=True) as (runtime, _):
             return await _drive(runtime, _groups(args, real_share=args.real_share, shadow=args.shadow))
 
     results = anyio.run(go)

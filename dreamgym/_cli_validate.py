@@ -21,12 +21,12 @@ from dreamgym._cli_common import (
     add_served_arguments,
     add_served_sim_arguments,
     add_site_argument,
+    check_served,
     experience_model_source,
     hold_outs,
     open_store,
     parse_tasks,
     served_backend,
-    served_settings,
 )
 from dreamgym._cli_config import add_config_file_option
 
@@ -87,7 +87,7 @@ def _run_validate(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from dreamgym.core.errors import ConfigError, UsageError
+    from dreamgym.core.errors import ConfigError
     from dreamgym.sim_default import ensure_held_out
     from dreamgym.simulator import read_metadata
     from dreamgym.validate import write_report
@@ -111,10 +111,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     chosen = hold_outs(args.held_out)
     held_out = list(dict.fromkeys([*chosen, *named_out, *((task, seed) for task, seed in meta.get("held_out", []))]))
     chosen += named
-    if args.judge_url:  # checked before anything is opened
-        served_settings(args, "judge")
-        if not args.judge_model:
-            raise UsageError("--judge-url needs --judge-model, the model name its server serves")
+    check_served(args, "judge")  # before anything is opened; _validate opens it
 
     if not getattr(args, "verbose", False):  # each unusable answer in the open loop would log a line
         logging.getLogger("dreamgym.simulator").setLevel(logging.WARNING)
