@@ -12,8 +12,10 @@
    behaviour-cloned on the seed set's demonstrator episodes and sized on
    ``--val-seeds`` the same way; every arm and seed starts from it.
 3. **Arms**, each for ``--updates`` updates and each training seed, in its own
-   process, evaluated greedily on every held-out (task, seed) once at update
-   0, every ``--eval-every`` updates and at the last:
+   process, evaluated greedily on every held-out (task, seed) once every
+   ``--eval-every`` updates and at the last. Every run starts from the same
+   weights and a greedy evaluation is deterministic, so update 0 is evaluated
+   once, before the runs, and is every run's start:
    - ``real``: every group on real pages;
    - ``synthetic``: every group on the experience model (start pages from the seed set);
    - ``sim2real``: synthetic updates, then real ones, the real part
@@ -22,12 +24,15 @@
    - ``mixed``: ``--mixed-share`` of each update's groups real.
 4. **epsilon_R where it matters**: the experience model predicts, one step at
    a time, every step of the held-out episodes each arm's final policy played
-   (retrieval kept off every held-out pair); its reward is scored against the
-   real reward beside always-0 and the majority class on the same steps.
+   (retrieval kept off every held-out pair) for the training seeds in
+   ``--shadow-seeds`` (the first by default: the prediction costs about as much
+   as a run); its reward is scored against the real reward beside always-0 and
+   the majority class on the same steps.
 5. Writes ``OUT/sim2real_miniwob.json`` and ``.svg`` (every arm's mean
-   held-out success against updates, one figure), and with
-   ``--commit-results`` the same under ``benchmarks/results/`` with the date,
-   the commit and the command. One JSON line per run on stdout.
+   held-out success against updates, one figure) after every run
+   (``"complete": false`` until the last), and with ``--commit-results`` the
+   same under ``benchmarks/results/`` with the date, the commit and the
+   command. One JSON line per run on stdout.
 
 Real transitions count what each arm's training rolled out on real pages;
 the seed set is the same for every arm and counted apart.
@@ -70,14 +75,16 @@ def main() -> int:
     names = args.tasks.split(",")
     sim = anyio.run(_experience_model, args, names)
     tuning = _warm_start(args, names)
+    start = _start(args)
+    (args.out / "start.json").write_text(json.dumps(start))
     runs: list[dict[str, Any]] = []
-    for seed in (int(s) for s in args.seeds.split(",")):
-        for arm in args.arms.split(","):
-            run = _spawn(args, arm, seed)
-            runs.append(run)
-            print(json.dumps({"run": {k: v for k, v in run.items() if k != "evaluations"}}), flush=True)
-    result = _summary(args, names, sim, tuning, runs, time.perf_counter() - started)
-    _write(args, result)
+    plan = [(arm, int(seed)) for seed in args.seeds.split(",") for arm in args.arms.split(",")]  # whole seeds first
+    for arm, seed in plan:
+        run = _spawn(args, arm, seed)
+        runs.append(run)
+        print(json.dumps({"run": {k: v for k, v in run.items() if k != "evaluations"}}), flush=True)
+        result = _summary(args, names, sim, tuning, start, runs, time.perf_counter() - started)
+        _write(args, {**result, "complete": len(runs) == len(plan)})
     real = next((row for row in result["arms"] if row["arm"] == "real"), None)
     for row in result["arms"]:
         emit(f"sim2real/{row['arm']}/held_out_success", row["end_mean"], "held-out success rate (mean over seeds)",
@@ -95,6 +102,8 @@ def _arguments() -> argparse.Namespace:
     lc.add_policy_arguments(parser, groups_per_update=2)
     parser.add_argument("--mixed-share", type=float, default=0.5)
     parser.add_argument("--sim2real-real", type=float, default=0.1, help="share of sim2real's updates on real pages")
+    parser.add_argument("--shadow-seeds", default="", help="training seeds whose final evaluation the experience "
+                        "model shadows for epsilon_R (default: the first of --seeds)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="the warm start's seed")
     parser.add_argument("--out", type=Path, default=Path(".cache/bench/sim2real"))
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/")
@@ -152,6 +161,18 @@ def _warm_start(args: argparse.Namespace, names: list[str]) -> list[dict[str, An
     return tuning
 
 
+def _start(args: argparse.Namespace) -> dict[str, Any]:
+    """The warm start's greedy held-out success, evaluated once: update 0 of every run."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tasks = lc._tasks(args)
+    model = AutoModelForCausalLM.from_pretrained(args.out / "warm")
+    tokenizer = AutoTokenizer.from_pretrained(args.out / "warm")
+    scores = anyio.run(lc._evaluate, args, tasks, model, tokenizer, lc._seeds(args.held_out_seeds), "held-out-start")
+    logging.info("update 0 (every run's start): %d/%d held-out", scores["successes"], scores["n"])
+    return {"update": 0, "real_transitions": 0, **scores}
+
+
 def _spawn(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     """One training run in a fresh process (each holds a model and an optimizer; memory returns with the process)."""
     child = json.dumps({"arm": arm, "seed": seed})
@@ -191,6 +212,7 @@ def _run(args: argparse.Namespace, *, arm: str, seed: int) -> dict[str, Any]:
         real_share={"real": 1.0, "mixed": args.mixed_share}.get(arm, 0.25),
         switch_at=args.updates - _updates_on_real(args) if arm == "sim2real" else 0,
         eval_every=args.eval_every,
+        eval_at_start=False,  # every run's update 0 is the start the parent evaluated once
         resample_flat=args.resample_flat,
         seed=seed,
         report_to=(),
@@ -214,11 +236,12 @@ def _run(args: argparse.Namespace, *, arm: str, seed: int) -> dict[str, Any]:
     updates = [update for update, _ in result.evaluations]
     invalid = anyio.run(lc._eval_invalid_rates, root / "eval-store", tasks, updates)
     transitions = lc._real_transitions(root / "run" / "metrics.jsonl")
-    evaluations = [
+    evaluations = [json.loads((args.out / "start.json").read_text())] + [
         {"update": update, "real_transitions": transitions.get(update, 0), **lc._scores(evaluation, invalid[update])}
         for update, evaluation in result.evaluations
     ]
-    shadow = anyio.run(_epsilon_r, args, root, tasks, updates[-1], held)
+    shadowed = args.shadow_seeds.split(",") if args.shadow_seeds else args.seeds.split(",")[:1]
+    shadow = anyio.run(_epsilon_r, args, root, tasks, updates[-1], held) if str(seed) in shadowed else None
     pick = ("successes", "n", "ci_low", "ci_high")
     return {
         "arm": arm,
@@ -275,6 +298,7 @@ def _summary(
     names: list[str],
     sim: dict[str, Any],
     tuning: list[dict[str, Any]],
+    start: dict[str, Any],
     runs: list[dict[str, Any]],
     seconds: float,
 ) -> dict[str, Any]:
@@ -285,17 +309,18 @@ def _summary(
         if not mine:
             continue
         end = [run["end"]["successes"] / run["end"]["n"] for run in mine]
-        start = [run["start"]["successes"] / run["start"]["n"] for run in mine]
+        begun = [run["start"]["successes"] / run["start"]["n"] for run in mine]
         real = statistics.fmean(run["real_transitions"] for run in mine)
-        shadow = [run["epsilon_r"] for run in mine if run["epsilon_r"]["n"]]
+        shadow = [run["epsilon_r"] for run in mine if run["epsilon_r"] and run["epsilon_r"]["n"]]
         arms.append({
-            "arm": arm, "seeds": len(mine), "start_mean": round(statistics.fmean(start), 4),
+            "arm": arm, "seeds": len(mine), "start_mean": round(statistics.fmean(begun), 4),
             "end_mean": round(statistics.fmean(end), 4),
             "end_sd": round(statistics.stdev(end), 4) if len(end) > 1 else 0.0,
             "end_per_seed": [round(e, 4) for e in end], "real_transitions_mean": round(real, 1),
             "real_transitions_vs_real_arm": round(real / statistics.fmean(real_arm), 4) if real_arm else None,
             "epsilon_r": {key: sum(s[key] for s in shadow) for key in
-                          ("n", "reward_correct", "always_0_correct", "majority_class_correct")},
+                          ("n", "reward_correct", "always_0_correct", "majority_class_correct", "unusable")},
+            "epsilon_r_seeds": [run["seed"] for run in mine if run["epsilon_r"]],
             "seconds_mean": round(statistics.fmean(run["seconds"] for run in mine), 1),
         })  # fmt: skip
     return {
@@ -306,6 +331,7 @@ def _summary(
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
         "experience_model": sim,
         "warm_start_tuning": tuning,
+        "start": start,
         "arms": arms,
         "runs": runs,
         "seconds": round(seconds, 1),
