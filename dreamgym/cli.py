@@ -45,9 +45,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DreamgymError as exc:
         print(f"dreamgym: error: {exc}", file=sys.stderr)
         return 1
+    except BaseExceptionGroup as group:  # a task group's: our own error inside it is still one line
+        ours = first_own_error(group)
+        if ours is None:
+            raise
+        print(f"dreamgym: error: {ours}", file=sys.stderr)
+        return 2 if isinstance(ours, UsageError) else 1
     except KeyboardInterrupt:
         print("dreamgym: interrupted; every committed record is kept", file=sys.stderr)
         return 130
+
+
+def first_own_error(exc: BaseException) -> Exception | None:
+    """The first of dreamgym's own errors in ``exc`` or the exception groups it nests (anyio's task groups
+    wrap what their tasks raise); ``None`` when there is none."""
+    from dreamgym.core.errors import DreamgymError
+
+    if isinstance(exc, DreamgymError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := first_own_error(inner)) is not None:
+                return found
+    return None
 
 
 def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -119,10 +139,21 @@ def _run_stats(args: argparse.Namespace) -> int:
 
     import anyio
 
+    from dreamgym.core.errors import StoreCorruptError
+    from dreamgym.replay._check import check_store_isolated
+
     async def go() -> Any:
         async with open_store(args.path, readonly=True) as store:
             return await store.stats()
 
+    # counts alone say nothing of damaged pages, and a damaged branch page can crash the reader: walk them first
+    pages = check_store_isolated(args.path, pages_only=True) if (Path(args.path) / "data.mdb").is_file() else None
+    if pages is not None and not pages.ok:
+        more = f" (and {len(pages.problems) - 1} more)" if len(pages.problems) > 1 else ""
+        raise StoreCorruptError(
+            f"the store at {args.path} is damaged: {pages.problems[0]}{more}; "
+            f"`dreamgym replay check {args.path}` lists the damage"
+        )
     stats = anyio.run(go)
     if args.json:
         print(json.dumps(dataclasses.asdict(stats)))

@@ -22,10 +22,16 @@ dreamgym, or by ``append`` alone, has them without being damaged.
 A damaged branch page can crash the reading process outright; the command
 line runs the walk in a child process (``python -m dreamgym.replay._check``)
 and reports a crash as damage.
+
+``pages_only`` is the quick walk ``replay stats`` runs before it reports
+counts: every database's keys end to end (so every branch and leaf page LMDB
+checks), the step count against the counters, no record read or decoded. It
+finds damaged pages, not damaged payloads; ``replay check`` finds both.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -59,7 +65,7 @@ class CheckReport:
         return not self.problems
 
 
-async def check_store(path: str | Path) -> CheckReport:
+async def check_store(path: str | Path, *, pages_only: bool = False) -> CheckReport:
     """Walk the store at ``path`` in this process (read-only); see the module docstring."""
     import anyio
 
@@ -73,21 +79,25 @@ async def check_store(path: str | Path) -> CheckReport:
     try:
         async with LmdbReplayStore(Path(path), readonly=True) as store:
             report.checksummed = store.checksummed
-            await anyio.to_thread.run_sync(_walk, report, store)
+            await anyio.to_thread.run_sync(_walk, report, store, pages_only)
     except StoreError as exc:
         report.problems.append(f"the store does not open: {exc}")
     return report
 
 
-def _walk(report: CheckReport, store: Any) -> None:
-    _Walk(report, store._require_env(), store).run()
+def _walk(report: CheckReport, store: Any, pages_only: bool = False) -> None:
+    walk = _Walk(report, store._require_env(), store)
+    if pages_only:
+        walk.pages()
+    else:
+        walk.run()
 
 
-def check_store_isolated(path: str | Path, *, timeout_s: float = 3600) -> CheckReport:
+def check_store_isolated(path: str | Path, *, pages_only: bool = False, timeout_s: float = 3600) -> CheckReport:
     """:func:`check_store` in a child process (blocking), so that a page damaged badly enough to crash
     the reader is reported as damage instead of taking the caller down."""
     done = subprocess.run(
-        [sys.executable, "-m", "dreamgym.replay._check", str(path)],
+        [sys.executable, "-m", "dreamgym.replay._check", str(path), *(["--pages"] if pages_only else [])],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -167,6 +177,34 @@ class _Walk:
         if empty := len(recorded - with_steps):
             self.report.notes.append(f"{empty} episode records have no steps")
 
+    def pages(self) -> None:
+        """Every database's keys end to end, values left unread; then the step count against the counters."""
+        import lmdb
+
+        from dreamgym.replay._lmdb import DATABASES
+
+        for db in DATABASES:
+            count = 0
+            try:
+                if not self.env._has_db(db):
+                    continue
+                with self.env.env.begin(buffers=True) as txn:
+                    for _ in txn.cursor(db=self.env.db(db)).iternext(keys=True, values=False):
+                        count += 1
+            except lmdb.Error as exc:
+                self.unreadable.add(db)
+                self.problem(f"lmdb:{db}", f"{db}: LMDB cannot read past entry {count}: {exc}")
+            finally:
+                self.report.records[db] = count
+        if {"steps", "meta"} & self.unreadable:
+            return
+        with self.env.env.begin(buffers=False) as txn:
+            meta = self.env.db("meta")
+            stored = [txn.get(f"count/{source}".encode(), db=meta) or b"0" for source in ("real", "synthetic")]
+        if not all(value.isdigit() for value in stored) or sum(map(int, stored)) != self.report.records["steps"]:
+            self.problem("meta", f"meta: the counters say {b'+'.join(stored).decode(errors='replace')} steps, "
+                                 f"the store holds {self.report.records['steps']}")  # fmt: skip
+
     def record(self, db: str, name: object, key: bytes, value: bytes, decode: Callable[[bytes], Any]) -> Any:
         from dreamgym.core.errors import DreamgymError
 
@@ -222,7 +260,7 @@ class _Walk:
 def _main() -> int:
     import anyio
 
-    report = anyio.run(check_store, sys.argv[1])
+    report = anyio.run(functools.partial(check_store, sys.argv[1], pages_only="--pages" in sys.argv[2:]))
     print(json.dumps(asdict(report)))
     return 0
 

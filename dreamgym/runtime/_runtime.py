@@ -157,6 +157,8 @@ class Runtime:
         )
         self._task_group: TaskGroup | None = None
         self._lost_steps = 0
+        self._runs: set[anyio.CancelScope] = set()
+        """The cancel scopes of the run_groups calls in progress."""
         """Steps the writer never took (it stalled past ``drain_timeout_s``, or was gone)."""
         self._group_index = 0
         self._stored_tasks: set[str] = set()
@@ -214,12 +216,16 @@ class Runtime:
         failures, lost = self._writer.failures, self._lost_steps
         self.stats.run_started()
         unconfirmed = False
+        run = anyio.CancelScope()  # cancelled when the store stops taking writes: the run fails at once
+        self._runs.add(run)
         try:
             await self._store_tasks(planned)
-            async with anyio.create_task_group() as tg:
-                for index, group in enumerate(planned):
-                    tg.start_soon(self._run_group_into, group, results, index)
+            with run:
+                async with anyio.create_task_group() as tg:
+                    for index, group in enumerate(planned):
+                        tg.start_soon(self._run_group_into, group, results, index)
         finally:
+            self._runs.discard(run)
             with anyio.move_on_after(self.config.drain_timeout_s, shield=True) as scope:
                 await self._writer.barrier()
             unconfirmed = scope.cancelled_caught
@@ -232,7 +238,9 @@ class Runtime:
                 + ("; the last writes were not confirmed either" if unconfirmed else "")
             )
         if self._writer.failures > failures:
-            raise StoreError(f"the store refused {self._writer.failures - failures} writes of this run; see the log")
+            refused = self._writer.failures - failures
+            raise StoreError(f"the store refused {refused} write{'s' * (refused != 1)} of this run: "
+                             f"{self._writer.first_error}")  # fmt: skip
         return [result for result in results if result is not None]
 
     async def _run_group_into(self, group: _Group, results: list[GroupResult | None], index: int) -> None:
@@ -433,6 +441,8 @@ class Runtime:
                       self.config.drain_timeout_s)  # fmt: skip
             self.stats.record_error("store:timeout")
             self._lost_steps += len(item.steps)
+            for run in self._runs:  # the run fails now (see run_groups), not after every group waits it out
+                run.cancel()
             return False
         return True
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from dreamgym.core.errors import DreamgymError
 from dreamgym.core.protocols import ReplayStore
 from dreamgym.core.types import Episode, Step, Task
 
@@ -53,6 +54,8 @@ class StoreWriter:
         self.committed_steps = 0
         self.failures = 0
         """Items (or parts of them) the store refused; each is logged."""
+        self.first_error = ""
+        """Why the store refused the first of them (our own errors' one line, else the exception's type too)."""
 
     async def put(self, item: Commit) -> None:
         """Queue ``item``, waiting while the buffer is full.
@@ -116,6 +119,13 @@ class StoreWriter:
             if item.steps or item.episodes:
                 await self.store.append(item.steps, episodes=item.episodes)  # together or not at all
                 self.committed_steps += len(item.steps)
-        except Exception:
-            self.failures += 1
+        except DreamgymError as exc:  # our own errors are one line that says what to do: no traceback
+            self._refused(item, str(exc))
+            log.error("the store refused %d steps and %d episodes: %s", len(item.steps), len(item.episodes), exc)
+        except Exception as exc:
+            self._refused(item, f"{type(exc).__name__}: {exc}")
             log.exception("the store refused %d steps and %d episodes", len(item.steps), len(item.episodes))
+
+    def _refused(self, item: Commit, why: str) -> None:
+        self.failures += 1
+        self.first_error = self.first_error or why

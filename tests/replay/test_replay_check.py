@@ -101,6 +101,18 @@ def test_bytes_over_a_page_are_reported_damage(tmp_path: Path, kind: str) -> Non
     done = dreamgym("replay", "check", str(store), check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "damaged:" in done.stderr and "the store is damaged" in done.stderr
+    stats = dreamgym("replay", "stats", str(store), check=False)  # counts alone would look healthy
+    assert stats.returncode == 1, stats.stdout + stats.stderr
+    assert len(stats.stderr.strip().splitlines()) == 1, stats.stderr
+    assert "is damaged" in stats.stderr and "replay check" in stats.stderr
+    assert "Traceback" not in stats.stderr
+
+
+def test_replay_stats_of_a_healthy_store_walks_its_pages_and_reports_its_counts(tmp_path: Path) -> None:
+    store = _compact_store(tmp_path)
+    stats = json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)
+    assert stats["steps"] == {"real": 300, "synthetic": 0}
+    assert stats["episodes"] == 30
 
 
 def test_an_older_store_without_checksums_is_read_and_checked_as_it_is(tmp_path: Path) -> None:
@@ -121,3 +133,16 @@ def test_an_older_store_without_checksums_is_read_and_checked_as_it_is(tmp_path:
             assert (await opened.get_step(124)).observation.state == _marker(123)
 
     anyio.run(read)
+
+
+def test_a_collect_into_a_damaged_store_ends_in_one_line_without_a_traceback(tmp_path: Path) -> None:
+    """The writer's refusal crosses the runtime's task groups; the command line still says it in one line."""
+    store = _compact_store(tmp_path)
+    number = next(n for n, flags in _pages(store) if flags & P_BRANCH)
+    _overwrite(store, number * 4096 + 4096 - 1024, bytes(range(256)) * 4)
+    done = dreamgym("collect", "--tasks", "click-test", "--seeds", "0", "--store", str(store), check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("dreamgym: error:")]
+    assert len(errors) == 1, done.stderr
+    assert "is damaged" in errors[0] and "replay check" in errors[0]

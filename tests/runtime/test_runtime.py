@@ -230,7 +230,7 @@ async def test_a_runtime_without_the_needed_side_refuses_the_group(tmp_path: Pat
 async def test_records_the_store_refuses_fail_the_run_after_the_rest_is_stored(tmp_path: Path) -> None:
     unstorable = msgspec.structs.replace(TASK, task_id="toy/\0form")  # the store refuses NUL in ids
     async with open_store(tmp_path / "store") as store, runtime(store) as rt:
-        with pytest.raises(StoreError, match="refused 1 writes"):
+        with pytest.raises(StoreError, match="refused 1 write of this run: .*NUL"):
             await rt.run_groups(
                 [GroupSpec(task=unstorable, seed=0, source="real"), GroupSpec(task=TASK, seed=1, source="real")]
             )
@@ -265,6 +265,7 @@ async def test_a_stalled_store_fails_the_run_instead_of_dropping_records_quietly
                     await rt.run_groups(groups)
                 await staller.stdin.send(b"go\n")  # the store's write thread is blocked in LMDB until then
         assert rt.stats.snapshot().errors.get("store:timeout", 0) >= 1
+        assert counts.resets < 8  # the run failed at the first refusal: not every group waited out the timeout
     async with open_store(tmp_path / "store") as reopened:
         stats = await reopened.stats()
         assert stats.steps.get("real", 0) < counts.finished_steps  # some never reached the store...
