@@ -228,8 +228,9 @@ def _run_collect(args: argparse.Namespace) -> int:
 async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[list[Any], int]:
     """The groups still to collect, and how many are done: a (task, seed) group is done when the store
     holds at least its size of episodes of that task and seed by this policy that the infrastructure
-    did not cut (a group without a seed: of that task). A group with fewer runs in full (its earlier
-    episodes stay)."""
+    did not cut (a group without a seed: of that task). A group with fewer runs only the episodes it
+    lacks, so a re-run tops each (task, seed) up to its size and never beyond."""
+    import dataclasses
     from collections import Counter
 
     import anyio
@@ -252,7 +253,9 @@ async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[
     def held(group: Any) -> int:
         return finished[(group.task.task_id, group.seed)] if group.seed is not None else by_task[group.task.task_id]
 
-    pending = [group for group in groups if held(group) < group.size]
+    pending = [
+        dataclasses.replace(group, size=group.size - held(group)) for group in groups if held(group) < group.size
+    ]
     return pending, len(groups) - len(pending)
 
 

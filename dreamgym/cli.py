@@ -209,6 +209,9 @@ def _run_import(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.replay import import_jsonl
+    from dreamgym.replay.export import check_export_file
+
+    check_export_file(args.input)  # a bad file is refused before a store is opened (or created)
 
     async def go() -> dict[str, int]:
         async with open_store(args.path, embedder=embedder_named(args.embedder)) as store:

@@ -56,6 +56,10 @@ def test_replay_stats_export_import_and_reindex(tmp_path: Path) -> None:
 
 
 def test_cli_errors_are_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
+    import os
+
+    locked = tmp_path / "locked"  # a folder a new store cannot be made in (root writes anywhere but /proc)
+    locked.mkdir(mode=0o500)
     result = dreamgym("replay", "stats", str(tmp_path / "missing"), check=False)
     assert result.returncode == 2  # a user's mistake
     assert result.stderr.strip().startswith("dreamgym: error: no store at")
@@ -67,6 +71,11 @@ def test_cli_errors_are_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text("not json\n")
     result = dreamgym("replay", "import", str(tmp_path / "s"), str(tmp_path / "bad.jsonl"), check=False)
     assert result.returncode == 1 and "bad.jsonl:1" in result.stderr
+    assert not (tmp_path / "s").exists()  # refused before any store was created
+    result = dreamgym("collect", "--store", "/proc/dreamgym-test/store" if os.geteuid() == 0 else str(locked / "s"),
+                      "--tasks", "click-test", "--seeds", "0", check=False)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "cannot open the store" in result.stderr
 
 
 def test_a_store_another_process_writes_is_refused_in_one_line_and_left_as_it_was(tmp_path: Path) -> None:
@@ -223,6 +232,9 @@ def test_collect_again_skips_the_groups_the_store_holds_unless_told_again(tmp_pa
     assert episodes() == 6
     dreamgym(*argv, "--seeds", "0", "--group-size", "2", "--again")
     assert episodes() == 8
+    topped = dreamgym(*argv, "--seeds", "1", "--group-size", "3").stdout  # seed 1 holds 2 of 3: one more
+    assert "1 groups, 1 episodes" in topped
+    assert episodes() == 9
 
 
 def test_a_store_whose_files_cannot_be_written_is_still_read(tmp_path: Path) -> None:

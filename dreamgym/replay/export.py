@@ -69,19 +69,25 @@ async def import_jsonl(store: LmdbReplayStore, path: str | Path) -> dict[str, in
         RecordFormatError: A line is not a record; the message names the line, and nothing was added.
     """
 
-    def check() -> None:
-        for number, line in enumerate(_lines(path), start=1):
-            try:
-                record: Record = record_from_json(line)
-            except RecordFormatError as exc:
-                raise RecordFormatError(f"{path}:{number}: {exc}; nothing was imported") from exc
-            if not isinstance(record, Task | Step | Episode):
-                raise RecordFormatError(
-                    f"{path}:{number}: a {type(record).__name__} cannot stand alone in an export; nothing was imported"
-                )
-
-    await anyio.to_thread.run_sync(check)
+    await anyio.to_thread.run_sync(check_export_file, path)
     return await store.add_records(lambda: (record_from_json(line) for line in _lines(path)))
+
+
+def check_export_file(path: str | Path) -> None:
+    """Read every line of a JSONL export and check it is a task, step or episode record (blocking).
+
+    Raises:
+        RecordFormatError: A line is not such a record; the message names the line.
+    """
+    for number, line in enumerate(_lines(path), start=1):
+        try:
+            record: Record = record_from_json(line)
+        except RecordFormatError as exc:
+            raise RecordFormatError(f"{path}:{number}: {exc}; nothing was imported") from exc
+        if not isinstance(record, Task | Step | Episode):
+            raise RecordFormatError(
+                f"{path}:{number}: a {type(record).__name__} cannot stand alone in an export; nothing was imported"
+            )
 
 
 def _lines(path: str | Path) -> Iterator[bytes]:

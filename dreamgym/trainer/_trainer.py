@@ -57,7 +57,7 @@ from dreamgym.core.protocols import Policy
 from dreamgym.core.types import Source, Task
 from dreamgym.runtime import GroupResult, GroupSpec, Runtime, RuntimePortal
 from dreamgym.simulator import TaskPool
-from dreamgym.trainer._config import TrainConfig
+from dreamgym.trainer._config import TrainConfig, check_one_process
 from dreamgym.trainer._evaluate import EvalResult, evaluate
 from dreamgym.trainer._sides import OpenSides, Sides
 
@@ -172,6 +172,7 @@ class Trainer:
         eval_seeds: Sequence[int] = (),
         eval_temperature: float = 0.0,
     ) -> None:
+        check_one_process()
         if not isinstance(policy, LocalPolicy):
             raise ConfigError(
                 f"only a policy that returns token records can be trained; {policy.policy_id!r} "
