@@ -36,3 +36,20 @@ async def test_salvaged_answers_are_counted_and_the_figures_are_also_given_witho
     assert (clean.n, clean.salvaged) == (typed, 0)
     assert "copy_top_retrieved_without_salvaged" not in results  # baselines never salvage
     assert model.stats.salvaged_answers == results["model"].salvaged
+
+
+async def test_validate_and_its_report_show_the_salvaged_answers_and_the_figures_without_them(tmp_path: Path) -> None:
+    from dreamgym.validate import ValidationConfig, render_html, validate
+
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(4))
+        steps = [step for episode in toy_form.episodes(range(10, 12)) for step in episode]
+        model = LLMExperienceModel(ScriptedBackend(answer), config=ExperienceModelConfig(max_attempts=2), store=store)
+        report = await validate(model, steps, store=store, config=ValidationConfig(neighbours=1))
+    typed = sum(str(step.action).startswith("type") for step in steps)
+    assert report.one_step["model"].salvaged == len(steps) - typed
+    assert report.one_step["model_without_salvaged"].n == typed
+    assert report.as_dict()["one_step"]["model"]["salvaged"] == len(steps) - typed
+    html = render_html(report)
+    assert "salvaged answers" in html
+    assert "model_without_salvaged" in html
