@@ -211,18 +211,17 @@ async def _evaluate(
     args: argparse.Namespace, tasks: list[Any], model: Any, tokenizer: Any, seeds: list[int], label: str
 ) -> dict[str, Any]:
     """Greedy success on every (task, seed) once, per task, with the invalid-action rate."""
-    from dreamgym._jobs import open_runtime
+    from dreamgym.jobs import StackSettings, open_runtime
     from dreamgym.replay import HashingEmbedder, StoreConfig
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.trainer import evaluate
 
     path = args.out / "val" / label
     shutil.rmtree(path, ignore_errors=True)
-    config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts)
-    async with open_runtime(
-        path, lambda limiter: _policy(model, tokenizer, args, temperature=0.0, limiter=limiter), config,
-        embedder=HashingEmbedder(64), store_config=StoreConfig(auto_index=False),
-    ) as (runtime, _):  # fmt: skip
+    stack = StackSettings(store=path, runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts),
+                          embedder=HashingEmbedder(64), store_config=StoreConfig(auto_index=False))  # fmt: skip
+    policy = functools.partial(_policy, model, tokenizer, args, temperature=0.0)
+    async with open_runtime(stack, lambda limiter: policy(limiter=limiter)) as (runtime, _):
         result = await evaluate(runtime, tasks, seeds, label=label)
         invalid = await _invalid_rates(runtime.store, tasks, [label])
     return _scores(result, invalid[label])
@@ -251,9 +250,9 @@ def _scores(result: Any, invalid: dict[str, float]) -> dict[str, Any]:
 
 def _train(args: argparse.Namespace, tasks: list[Any], model: Any, tokenizer: Any) -> dict[str, Any]:
     """Real-only GRPO from the warm start, evaluated on the held-out seeds; its evaluations and counters."""
+    from dreamgym.jobs import StackSettings, stack_sides
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.trainer import TrainConfig, Trainer
-    from dreamgym.trainer._miniwob import MiniWobSides, miniwob_sides
 
     root = args.out / "grpo"
     shutil.rmtree(root, ignore_errors=True)
@@ -262,11 +261,11 @@ def _train(args: argparse.Namespace, tasks: list[Any], model: Any, tokenizer: An
         groups_per_update=args.groups_per_update, learning_rate=args.lr, lora=None, eval_every=args.eval_every,
         resample_flat=args.resample_flat, seed=args.seed, report_to=(),
     )  # fmt: skip
-    sides = MiniWobSides(store=root / "store", eval_store=root / "eval-store",
-                         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts))  # fmt: skip
+    sides = StackSettings(store=root / "store", eval_store=root / "eval-store",
+                          runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts))  # fmt: skip
     trainer = Trainer(
         config, policy=_policy(model, tokenizer, args, temperature=args.temperature), tasks=tasks,
-        open_sides=miniwob_sides(sides), train_seeds=_seeds(args.train_seeds),
+        open_sides=stack_sides(sides), train_seeds=_seeds(args.train_seeds),
         eval_seeds=_seeds(args.held_out_seeds), eval_temperature=args.eval_temperature,
     )  # fmt: skip
     result = trainer.train(resume=False)

@@ -190,9 +190,9 @@ def _updates_on_real(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, *, arm: str, seed: int) -> dict[str, Any]:
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+    from dreamgym.jobs import StackSettings, held_out, stack_sides
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.trainer import TrainConfig, Trainer
-    from dreamgym.trainer._miniwob import MiniWobSides, held_out, miniwob_sides
 
     root = args.out / "runs" / f"{arm}-{seed}"
     shutil.rmtree(root, ignore_errors=True)
@@ -222,14 +222,14 @@ def _run(args: argparse.Namespace, *, arm: str, seed: int) -> dict[str, Any]:
         name="tiny-index",
         config=LocalPolicyConfig(mode="index", temperature=args.temperature, seed=seed, list_actions=False),
     )
-    sides = MiniWobSides(
+    sides = StackSettings(
         store=root / "store",
         eval_store=root / "eval-store",
         sim_model=args.out / "sim-model",
         exclude_task_seeds=held,
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts),
     )
-    trainer = Trainer(config, policy=policy, tasks=tasks, open_sides=miniwob_sides(sides),
+    trainer = Trainer(config, policy=policy, tasks=tasks, open_sides=stack_sides(sides),
                       train_seeds=lc._seeds(args.train_seeds), eval_seeds=lc._seeds(args.held_out_seeds),
                       eval_temperature=0.0)  # fmt: skip
     result = trainer.train(resume=False)

@@ -131,26 +131,25 @@ def _policy(args: argparse.Namespace, limiter: Any) -> Any:
 def _runtime(
     args: argparse.Namespace, sites: Sequence[Any], *, simulator: bool
 ) -> AbstractAsyncContextManager[tuple[Any, Any]]:
-    """Open the store, the browsers, the policy and (for rollouts) the simulator; yields (runtime, site)."""
-    from dreamgym._jobs import open_runtime
+    """Open the store, the browsers, the policy and (for rollouts) the simulator; yields (runtime, sides)."""
+    from dreamgym.jobs import StackSettings, open_runtime
     from dreamgym.runtime import RuntimeConfig
 
     concurrency = 1 if args.reset_command else args.concurrency  # a reset serves one episode at a time
-    config = RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency)
-    return open_runtime(
-        args.store,
-        lambda limiter: _policy(args, limiter),
-        config,
+    settings = StackSettings(
+        store=args.store,
         sim_model=experience_model_source(args, args.sim_model, "--sim-model") if simulator else None,
         embedder=embedder_named(args.embedder),
-        sites=sites,
+        sites=tuple(sites),
+        runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency),
     )
+    return open_runtime(settings, lambda limiter: _policy(args, limiter))
 
 
 def _groups(args: argparse.Namespace, *, real_share: float, shadow: bool = False) -> list[Any]:
     """One group per (task, seed), or per task where tasks have no seeds; ``real_share`` of them real
     (exactly, spread out), shadowed if asked."""
-    from dreamgym._jobs import mixed_groups
+    from dreamgym.jobs import mixed_groups
 
     tasks, seeded = run_tasks(args)
     seeds: list[int | None] = list(parse_seeds(args.seeds)) if seeded else [None]

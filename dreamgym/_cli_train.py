@@ -115,11 +115,11 @@ def train_config(args: argparse.Namespace) -> Any:
 def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
     from dreamgym.core.errors import ConfigError, UsageError
+    from dreamgym.jobs import StackSettings, held_out, stack_sides
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
-    from dreamgym.trainer import Trainer
+    from dreamgym.trainer import Trainer, sft_refit
     from dreamgym.trainer._config import check_one_process
-    from dreamgym.trainer._miniwob import MiniWobSides, held_out, miniwob_sides
 
     try:
         check_one_process()  # before any model loads or store opens
@@ -170,13 +170,17 @@ def _run_train(args: argparse.Namespace) -> int:
         mode=args.policy_mode, temperature=args.temperature, seed=config.seed, list_actions=False
     )
     policy = LocalPolicy.load(policy_dir, config=policy_config)
-    sides = MiniWobSides(
+    refit = None
+    if config.sim_refit_every and isinstance(sim_model, Path):
+        base, refits = sim_model, config.output_dir / "sim-refits"
+        refit = lambda limiter: sft_refit(refits, base=base, exclude_task_seeds=held, limiter=limiter)  # noqa: E731
+    sides = StackSettings(
         store=args.store,
         eval_store=args.eval_store or config.output_dir / "eval-store",
         sim_model=sim_model,
         exclude_task_seeds=held,
         sites=tuple(sites),
-        refit_dir=config.output_dir / "sim-refits" if config.sim_refit_every else None,
+        refit=refit,
         curriculum_backend=curriculum,
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=1 if args.reset_command else 2),
     )
@@ -184,7 +188,7 @@ def _run_train(args: argparse.Namespace) -> int:
         config,
         policy=policy,
         tasks=tasks,
-        open_sides=miniwob_sides(sides),
+        open_sides=stack_sides(sides),
         train_seeds=train_seeds,
         eval_tasks=eval_tasks,
         eval_seeds=eval_seeds,

@@ -54,7 +54,6 @@ from dreamgym.trainer import EvalResult
 
 if TYPE_CHECKING:
     from dreamgym.agents import LocalPolicy
-    from dreamgym.bridge import MiniWobSite
     from dreamgym.core.protocols import Embedder, ReplayStore
     from dreamgym.core.types import Task
     from dreamgym.replay import LmdbReplayStore
@@ -356,20 +355,20 @@ async def _ground(settings: DemoSettings, sim_dir: Path) -> dict[str, Any]:
 
 async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) -> EvalResult:
     """Phases 3 and 6: one real episode per (task, held-out seed), in evaluation's own store."""
-    from dreamgym._jobs import open_runtime
+    from dreamgym.jobs import StackSettings, open_runtime
     from dreamgym.replay import HashingEmbedder, StoreConfig
     from dreamgym.trainer import evaluate
 
     policy = _policy_factory(weights, temperature=settings.eval_temperature, seed=settings.seed)
     # Evaluation's store is a record, never searched: a cheap embedder and no index.
-    async with open_runtime(
-        settings.eval_store_dir,
-        policy,
-        _runtime_config(settings),
+    stack = StackSettings(
+        store=settings.eval_store_dir,
+        runtime=_runtime_config(settings),
         embedder=HashingEmbedder(64),
         store_config=StoreConfig(auto_index=False),
-    ) as (runtime, site):
-        tasks = await _put_tasks(runtime.store, site, settings)
+    )
+    async with open_runtime(stack, policy) as (runtime, _):
+        tasks = await _put_tasks(runtime.store, settings)
         result = await evaluate(runtime, tasks, settings.held_out_seeds, label=label)
     low, high = result.interval
     log.info("demo: %s: %d/%d held-out episodes solved (95%% CI %.2f-%.2f)",
@@ -411,18 +410,18 @@ async def _rollouts(
     settings: DemoSettings, weights: PolicyWeights, sim_dir: Path
 ) -> tuple[RolloutFigures, ShadowScore]:
     """Phase 4: mixed groups; the real ones shadowed by the simulator, whose predictions are then scored."""
-    from dreamgym._jobs import mixed_groups, open_runtime
+    from dreamgym.jobs import StackSettings, mixed_groups, open_runtime
 
     policy = _policy_factory(weights, temperature=settings.temperature, seed=settings.seed + 1)
-    async with open_runtime(
-        settings.store_dir,
-        policy,
-        _runtime_config(settings),
+    stack = StackSettings(
+        store=settings.store_dir,
         sim_model=sim_dir,
         exclude_task_seeds=held_out_pairs(settings),
         embedder=settings.embedder,
-    ) as (runtime, site):
-        tasks = await _put_tasks(runtime.store, site, settings)
+        runtime=_runtime_config(settings),
+    )
+    async with open_runtime(stack, policy) as (runtime, _):
+        tasks = await _put_tasks(runtime.store, settings)
         groups = mixed_groups(
             tasks, settings.train_seeds, size=settings.group_size, real_share=settings.real_share,
             shadow=True, count=settings.rollout_groups, seed=settings.seed,
@@ -446,9 +445,9 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
     """
     if settings.train_updates == 0:
         return None
+    from dreamgym.jobs import StackSettings, stack_sides
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.trainer import TrainConfig, Trainer
-    from dreamgym.trainer._miniwob import MiniWobSides, miniwob_sides
 
     out = settings.out / "train"
     shutil.rmtree(out, ignore_errors=True)
@@ -463,7 +462,7 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
         seed=settings.seed,
         report_to=(),
     )
-    sides = MiniWobSides(
+    sides = StackSettings(
         store=settings.store_dir,
         eval_store=out / "eval-store",
         sim_model=sim_dir,
@@ -476,7 +475,7 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
         config,
         policy=policy,
         tasks=_tasks(settings),
-        open_sides=miniwob_sides(sides),
+        open_sides=stack_sides(sides),
         train_seeds=settings.train_seeds,
     )
     result = trainer.train(resume=False)
@@ -529,7 +528,7 @@ async def _store_steps(path: Path) -> dict[str, int]:
 
 def held_out_pairs(settings: DemoSettings) -> tuple[tuple[str, int | None], ...]:
     """Every held-out (task id, seed): retrieval must never return them (the leakage rule)."""
-    from dreamgym.trainer._miniwob import held_out
+    from dreamgym.jobs import held_out
 
     return held_out([f"miniwob/{name}" for name in settings.tasks], settings.held_out_seeds)
 
@@ -544,8 +543,10 @@ def _policy_factory(weights: PolicyWeights, *, temperature: float, seed: int) ->
     return lambda limiter: weights.policy(limiter, temperature=temperature, seed=seed)
 
 
-async def _put_tasks(store: ReplayStore, site: MiniWobSite, settings: DemoSettings) -> list[Task]:
-    tasks = [site.task(name, max_steps=settings.max_steps) for name in settings.tasks]
+async def _put_tasks(store: ReplayStore, settings: DemoSettings) -> list[Task]:
+    from dreamgym.bridge import miniwob_tasks
+
+    tasks = miniwob_tasks(settings.tasks, settings.max_steps)
     for task in tasks:
         await store.put_task(task)
     return tasks

@@ -8,6 +8,8 @@
 - ``RuntimePortal``: the same runtime for synchronous callers, in one
   event loop held for the whole run.
 - ``run_episode``: one episode, for scripts and tests.
+- ``Sides``: what a run plays on (store, environment factories, the
+  experience model's ``ModelSlot``), opened by a job (``dreamgym.jobs.open_stack``).
 """
 
 from dreamgym.runtime._config import RuntimeConfig
@@ -16,6 +18,7 @@ from dreamgym.runtime._episode import run_episode
 from dreamgym.runtime._groups import Branch, GroupResult, GroupSpec, Rollout
 from dreamgym.runtime._portal import RuntimePortal
 from dreamgym.runtime._runtime import Runtime
+from dreamgym.runtime._sides import ModelSlot, OpenSides, Refit, Sides
 from dreamgym.runtime._sources import RatioSource, RuleSource, ScheduledSource, SourceChooser
 from dreamgym.runtime._stats import RuntimeSnapshot, RuntimeStats
 
@@ -23,7 +26,10 @@ __all__ = [
     "Branch",
     "GroupResult",
     "GroupSpec",
+    "ModelSlot",
+    "OpenSides",
     "RatioSource",
+    "Refit",
     "ResetHook",
     "Rollout",
     "RuleSource",
@@ -33,6 +39,7 @@ __all__ = [
     "RuntimeSnapshot",
     "RuntimeStats",
     "ScheduledSource",
+    "Sides",
     "SourceChooser",
     "SyntheticEnvironment",
     "run_episode",

@@ -1,0 +1,30 @@
+"""Jobs: recipes that open one stack for any task set and hand it to the library.
+
+- ``StackSettings`` / ``open_stack``: the store, the sites (MiniWoB++, a
+  user's own, WebArena configs), the browsers and the simulator of a run, as
+  :class:`~dreamgym.runtime.Sides`; ``open_runtime`` puts a runtime over them
+  and ``stack_sides`` hands them to the trainer.
+- ``mixed_groups``: groups over tasks and seeds with a share of them real;
+  ``held_out``: the (task, seed) pairs a run must never retrieve or refit on.
+"""
+
+from dreamgym.jobs._groups import held_out, mixed_groups
+from dreamgym.jobs._stack import (
+    PolicyFactory,
+    StackSettings,
+    grounded_simulator,
+    open_runtime,
+    open_stack,
+    stack_sides,
+)
+
+__all__ = [
+    "PolicyFactory",
+    "StackSettings",
+    "grounded_simulator",
+    "held_out",
+    "mixed_groups",
+    "open_runtime",
+    "open_stack",
+    "stack_sides",
+]
