@@ -9,7 +9,7 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup  ## set everything up, build the offline experience model once, run the main job (offline, no GPU)
-	$(VENV)/bin/python -m dreamgym.sim_default
+	$(VENV)/bin/python -m dreamgym.jobs.sim_default
 	$(VENV)/bin/dreamgym demo
 
 test: setup  ## set everything up and run every test, the slow end-to-end ones included
@@ -27,7 +27,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/replay_bench.py
 
 sim-default: setup  ## build the offline default experience model once (collect in Chromium, then train)
-	$(VENV)/bin/python -m dreamgym.sim_default
+	$(VENV)/bin/python -m dreamgym.jobs.sim_default
 
 clean:
 	rm -rf $(VENV) .cache

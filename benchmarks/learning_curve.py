@@ -131,8 +131,8 @@ def _tasks(args: argparse.Namespace) -> list[Any]:
 
 async def _collect_demos(args: argparse.Namespace, names: list[str]) -> list[list[Any]]:
     """One demonstrator episode per (task, BC seed), real, in Chromium; the episodes' steps."""
+    from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
-    from dreamgym.sim_default import CollectPlan, collect_miniwob
 
     path = args.out / "demos"
     shutil.rmtree(path, ignore_errors=True)

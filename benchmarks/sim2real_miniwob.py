@@ -113,7 +113,7 @@ def _arguments() -> argparse.Namespace:
 
 async def _experience_model(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """Collect the seed set and train the experience model on it alone (kept across invocations with one recipe)."""
-    from dreamgym.sim_default import CollectPlan, build_default
+    from dreamgym.jobs.sim_default import CollectPlan, build_default
     from dreamgym.simulator import SimTrainConfig, weights_digest
 
     target = args.out / "sim-model"
@@ -268,8 +268,8 @@ async def _epsilon_r(
     args: argparse.Namespace, root: Path, tasks: list[Any], update: int, held: tuple[tuple[str, int | None], ...]
 ) -> dict[str, Any]:
     """The experience model's reward on the held-out real steps the final policy played, beside the baselines."""
-    from dreamgym._demo_report import score_predictions
     from dreamgym.core.types import Step
+    from dreamgym.jobs._demo_report import score_predictions
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
 

@@ -230,7 +230,7 @@ async def run_local(model_dir: Path, store_dir: Path, rounds: int, max_new_token
 
 
 def bench_local(args: argparse.Namespace) -> None:
-    from dreamgym.sim_default import default_model_dir, default_store_dir
+    from dreamgym.jobs.sim_default import default_model_dir, default_store_dir
 
     model_dir = Path(args.model) if args.model else default_model_dir()
     store_dir = Path(args.store) if args.store else default_store_dir()
@@ -239,7 +239,7 @@ def bench_local(args: argparse.Namespace) -> None:
 
         model_dir = smollm2_checkpoint()
     if not (model_dir / "config.json").exists():
-        sys.exit(f"no model at {model_dir}; build the offline default with `python -m dreamgym.sim_default`")
+        sys.exit(f"no model at {model_dir}; build the offline default with `python -m dreamgym.jobs.sim_default`")
     anyio.run(run_local, model_dir, store_dir, args.rounds, args.max_new_tokens)
 
 

@@ -3,7 +3,7 @@
     python benchmarks/sim_choice.py [--lora-examples 400] [--eval-steps 150]
 
 Both candidates go through the same template, parser and backend code. The
-scratch model is the one ``python -m dreamgym.sim_default`` built; SmolLM2 is
+scratch model is the one ``python -m dreamgym.jobs.sim_default`` built; SmolLM2 is
 fine-tuned here with LoRA on a subset of the same SFT examples (its CPU cost
 per example is ~30x the small model's, so it gets what fits in ~15 minutes).
 Both are scored teacher-forced on the same held-out MiniWoB++ steps (seeds the
@@ -24,9 +24,15 @@ from typing import Any
 import anyio
 
 from dreamgym.core import Step, decode_record
+from dreamgym.jobs.sim_default import (
+    DEFAULT_TEMPLATE,
+    HELD_OUT_SEEDS,
+    default_model_dir,
+    default_store_dir,
+    ensure_held_out,
+)
 from dreamgym.offline import cache_dir, smollm2_checkpoint
 from dreamgym.replay import LmdbReplayStore
-from dreamgym.sim_default import DEFAULT_TEMPLATE, HELD_OUT_SEEDS, default_model_dir, default_store_dir, ensure_held_out
 from dreamgym.simulator import (
     SimTrainConfig,
     build_sft_examples,

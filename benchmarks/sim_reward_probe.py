@@ -99,8 +99,8 @@ def _arguments() -> argparse.Namespace:
 
 
 async def _probe(args: argparse.Namespace, names: list[str]) -> list[dict[str, Any]]:
+    from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import LmdbReplayStore
-    from dreamgym.sim_default import CollectPlan, collect_miniwob
     from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
     from dreamgym.validate._open_loop import replay_episode
 

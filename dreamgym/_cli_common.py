@@ -319,7 +319,7 @@ def experience_model_source(args: argparse.Namespace, name: str, model_flag: str
     url = getattr(args, "sim_url", None)
     if not url:
         if name == "default":
-            from dreamgym.sim_default import default_model_dir
+            from dreamgym.jobs.sim_default import default_model_dir
 
             return default_model_dir()
         return Path(name)

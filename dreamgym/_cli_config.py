@@ -348,11 +348,27 @@ def _from_text(kind: Any, text: str) -> Any:
                 raise ValueError(part)
             pairs.append((int(start), float(value)))
         return tuple(pairs)
+    if typing.get_origin(kind) is tuple and typing.get_args(kind)[:1] == (int,):  # seeds: "0-3,7"
+        return _int_ranges(text)
     if typing.get_origin(kind) is tuple:
         return tuple(p.strip() for p in text.split(",") if p.strip())
     if isinstance(kind, types.UnionType):  # tuple[str, ...] | str: a comma makes a tuple
         return tuple(p.strip() for p in text.split(",") if p.strip()) if "," in text else text
     raise ValueError(text)
+
+
+def _int_ranges(text: str) -> tuple[int, ...]:
+    """``"0-3,7"`` -> ``(0, 1, 2, 3, 7)``; an empty or backwards range is refused."""
+    values: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        start, dash, end = part.partition("-")
+        first, last = int(start), int(end) if dash else int(start)
+        if last < first:
+            raise ValueError(f"{part}: the range runs backwards")
+        values.extend(range(first, last + 1))
+    if not values:
+        raise ValueError("no numbers")
+    return tuple(values)
 
 
 def _coerce(kind: Any, value: Any, where: str) -> Any:

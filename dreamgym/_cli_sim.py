@@ -149,7 +149,7 @@ def _run_train(args: argparse.Namespace) -> int:
 def _run_build_default(args: argparse.Namespace) -> int:
     import anyio
 
-    from dreamgym.sim_default import build_default
+    from dreamgym.jobs.sim_default import build_default
 
     path = anyio.run(lambda: build_default(force=args.force))
     print(f"offline default experience model: {path}")
@@ -160,7 +160,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.core.errors import UsageError
-    from dreamgym.sim_default import default_model_dir, default_store_dir, ensure_held_out
+    from dreamgym.jobs.sim_default import default_model_dir, default_store_dir, ensure_held_out
     from dreamgym.simulator import load_experience_model, one_step_fidelity, read_metadata
 
     for value in args.held_out:

@@ -88,7 +88,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.core.errors import ConfigError
-    from dreamgym.sim_default import ensure_held_out
+    from dreamgym.jobs.sim_default import ensure_held_out
     from dreamgym.simulator import read_metadata
     from dreamgym.validate import write_report
 

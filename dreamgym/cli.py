@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import embedder_named, open_store, parse_seeds
+from dreamgym._cli_common import embedder_named, open_store
 from dreamgym._cli_config import add_config_file_option
 
 __all__ = ["main"]
@@ -246,39 +246,46 @@ def _run_reindex(args: argparse.Namespace) -> int:
 
 
 def _demo_arguments(demo: argparse.ArgumentParser) -> None:
-    def seeds(text: str) -> tuple[int, ...]:
-        return tuple(parse_seeds(text))
+    """Every :class:`~dreamgym.jobs.demo.DemoSettings` field is a flag, its docstring the help."""
+    from dreamgym._cli_config import add_config_flags
+    from dreamgym.jobs.demo import DemoSettings
 
-    def names(text: str) -> tuple[str, ...]:
-        return tuple(name.strip().removeprefix("miniwob/") for name in text.split(",") if name.strip())
-
-    demo.add_argument("--out", type=Path, default=Path(".cache/demo"), help="stores and report.json/report.md")
-    demo.add_argument("--policy-model", type=Path, default=None, help="policy model directory (default: SmolLM2)")
-    demo.add_argument("--sim-model", default="default", help="experience model directory, or 'default'")
-    demo.add_argument("--tasks", type=names, default=None, help="comma-separated MiniWoB++ tasks")
-    demo.add_argument("--train-seeds", type=seeds, default=None, help="seed-set and rollout seeds, e.g. 0-3")
-    demo.add_argument("--held-out-seeds", type=seeds, default=None, help="evaluation seeds, e.g. 1000-1004")
-    settings = (("explorers", int), ("group-size", int), ("rollout-groups", int), ("real-share", float),
-                ("max-steps", int), ("train-updates", int), ("learning-rate", float), ("seed", int))  # fmt: skip
-    for name, kind in settings:
-        demo.add_argument(f"--{name}", type=kind, default=None, help="see dreamgym.demo.DemoSettings")
+    helps = {
+        "tasks": "comma-separated MiniWoB++ tasks with a scripted demonstrator (miniwob: prefix optional)",
+        "sim_model": "the experience model's directory; 'default' (or unset): the offline default (make sim-default)",
+    }
+    add_config_flags(demo, DemoSettings, skip=("embedder",), helps=helps)
     demo.add_argument("--embedder", default=None, help="embedder of the demo's store (default: MiniLM)")
+
+
+def demo_settings(args: argparse.Namespace) -> Any:
+    """The :class:`~dreamgym.jobs.demo.DemoSettings` of a parsed ``dreamgym demo`` (its flags over the
+    ``--config`` file over the defaults).
+
+    Raises:
+        UsageError: A value of the wrong kind; ConfigError: settings DemoSettings refuses.
+    """
+    from dreamgym._cli_config import build_config, given_values
+    from dreamgym.jobs.demo import DemoSettings
+
+    chosen = given_values(args, DemoSettings)
+    if "tasks" in chosen:
+        chosen["tasks"] = tuple(name.removeprefix("miniwob:").removeprefix("miniwob/") for name in chosen["tasks"])
+    if chosen.get("sim_model") == Path("default"):
+        chosen["sim_model"] = None
+    return build_config(DemoSettings, chosen, {"embedder": embedder_named(args.embedder)}, where="demo")
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from dreamgym.demo import DemoSettings, run_demo, summary_table
+    from dreamgym.jobs.demo import run_demo, summary_table
 
-    keys = ("tasks", "train_seeds", "held_out_seeds", "explorers", "group_size", "rollout_groups", "real_share",
-            "max_steps", "train_updates", "learning_rate", "seed", "policy_model")  # fmt: skip
-    chosen = {key: value for key in keys if (value := getattr(args, key)) is not None}
-    sim_model = None if args.sim_model == "default" else Path(args.sim_model)
-    settings = DemoSettings(out=args.out, sim_model=sim_model, embedder=embedder_named(args.embedder), **chosen)
+    settings = demo_settings(args)
     report = run_demo(settings)
     console = Console()
     console.print(summary_table(report))
-    console.print(f"report: {args.out / 'report.md'} and {args.out / 'report.json'}")
+    console.print(f"report: {settings.out / 'report.md'} and {settings.out / 'report.json'}")
     return 0
 
 

@@ -11,7 +11,7 @@ from helpers import dreamgym
 from tiny_models import TASK
 
 from dreamgym.core import ConfigError
-from dreamgym.demo import DemoSettings
+from dreamgym.jobs.demo import DemoSettings
 from dreamgym.replay import LmdbReplayStore
 
 
@@ -70,7 +70,7 @@ def test_missing_default_experience_model_names_the_command_that_builds_it(tmp_p
         "demo", "--out", str(tmp_path / "demo"), check=False, env={"DREAMGYM_CACHE": str(tmp_path / "cache")}
     )
     assert result.returncode == 1
-    assert "make sim-default" in result.stderr and "python -m dreamgym.sim_default" in result.stderr
+    assert "make sim-default" in result.stderr and "python -m dreamgym.jobs.sim_default" in result.stderr
     assert not (tmp_path / "demo").exists()  # it failed before collecting anything
 
 
@@ -79,3 +79,39 @@ def test_settings_refuse_held_out_seeds_that_are_also_training_seeds(tmp_path: P
         DemoSettings(train_seeds=(0, 1), held_out_seeds=(1, 1000), out=tmp_path)
     with pytest.raises(ConfigError, match="no scripted demonstrator"):
         DemoSettings(tasks=("no-such-task",), out=tmp_path)
+
+
+def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path: Path) -> None:
+    import dataclasses
+
+    from dreamgym.cli import _parser, demo_settings
+    from dreamgym.jobs.demo import DemoSettings
+
+    argv = {
+        "tasks": (("--tasks", "miniwob:click-button,enter-text"), ("click-button", "enter-text")),
+        "train_seeds": (("--train-seeds", "0-2,7"), (0, 1, 2, 7)),
+        "held_out_seeds": (("--held-out-seeds", "1000-1001"), (1000, 1001)),
+        "explorers": (("--explorers", "2"), 2),
+        "group_size": (("--group-size", "3"), 3),
+        "rollout_groups": (("--rollout-groups", "5"), 5),
+        "real_share": (("--real-share", "0.5"), 0.5),
+        "max_steps": (("--max-steps", "4"), 4),
+        "real_concurrency": (("--real-concurrency", "1"), 1),
+        "temperature": (("--temperature", "0.7"), 0.7),
+        "eval_temperature": (("--eval-temperature", "0.1"), 0.1),
+        "policy_model": (("--policy-model", str(tmp_path / "p")), tmp_path / "p"),
+        "sim_model": (("--sim-model", str(tmp_path / "s")), tmp_path / "s"),
+        "out": (("--out", str(tmp_path / "o")), tmp_path / "o"),
+        "train_updates": (("--train-updates", "0"), 0),
+        "train_groups_per_update": (("--train-groups-per-update", "3"), 3),
+        "learning_rate": (("--learning-rate", "0.01"), 0.01),
+        "seed": (("--seed", "4"), 4),
+    }
+    fields = {item.name for item in dataclasses.fields(DemoSettings)} - {"embedder"}  # --embedder takes a name
+    assert set(argv) == fields
+    flags = [flag for given, _ in argv.values() for flag in given]
+    settings = demo_settings(_parser(["demo", *flags]).parse_args(["demo", *flags, "--embedder", "hashing-32"]))
+    for name, (_, expected) in argv.items():
+        assert getattr(settings, name) == expected, name
+    assert settings.embedder is not None and settings.embedder.dim == 32
+    assert demo_settings(_parser(["demo"]).parse_args(["demo", "--sim-model", "default"])).sim_model is None

@@ -8,8 +8,8 @@ import anyio
 
 from dreamgym.agents import render_observation, system_message
 from dreamgym.core import Observation
+from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
 from dreamgym.replay import HashingEmbedder, LmdbReplayStore
-from dreamgym.sim_default import CollectPlan, collect_miniwob
 from dreamgym.simulator import SimTrainConfig, TemplateConfig, build_sft_examples, train_experience_model
 from dreamgym.simulator._sft import ScratchModelConfig, scratch_model, train_tokenizer
 

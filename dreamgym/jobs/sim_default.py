@@ -1,7 +1,7 @@
 """The offline default experience model for MiniWoB++, and the recipe that builds it.
 
 A fresh machine with no keys and no GPU gets a working experience model this
-way (``make sim-default`` = ``python -m dreamgym.sim_default``, once; a
+way (``make sim-default`` = ``python -m dreamgym.jobs.sim_default``, once; a
 second run finds the model and returns):
 
 1. collect real transitions in headless Chromium: on each task that has a
@@ -174,7 +174,7 @@ async def build_default(
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     recipe = {
-        "recipe": "dreamgym.sim_default",
+        "recipe": "dreamgym.jobs.sim_default",
         "store": str(store_dir),
         "tasks": list(plan.tasks),
         "train_seeds": list(plan.seeds),

@@ -9,14 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dreamgym.trainer import EvalResult, wilson_interval
-
 if TYPE_CHECKING:
     from rich.table import Table
 
     from dreamgym.core.protocols import Prediction, ReplayStore
     from dreamgym.core.types import Step
     from dreamgym.runtime import GroupResult, RuntimeSnapshot
+    from dreamgym.trainer import EvalResult
 
 __all__ = [
     "DemoReport",
@@ -61,6 +60,8 @@ class ShadowScore:
         return self.reward_correct / self.n if self.n else 0.0
 
     def as_dict(self) -> dict[str, Any]:
+        from dreamgym.trainer import wilson_interval
+
         low, high = wilson_interval(self.reward_correct, self.n)
         return {
             **dataclasses.asdict(self),
@@ -221,6 +222,8 @@ def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> Shad
 
 
 def _rate(successes: int, n: int) -> tuple[str, str]:
+    from dreamgym.trainer import wilson_interval
+
     low, high = wilson_interval(successes, n)
     value = f"{successes}/{n} = {successes / n:.2f}" if n else "–"
     return value, f"n = {n}, 95% CI {low:.2f}–{high:.2f}"

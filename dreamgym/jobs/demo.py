@@ -39,7 +39,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from dreamgym._demo_report import (
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.protocols import Embedder  # at run time: the command line reads DemoSettings' field types
+from dreamgym.jobs._demo_report import (
     DemoReport,
     RolloutFigures,
     ShadowScore,
@@ -49,15 +51,14 @@ from dreamgym._demo_report import (
     summary_table,
     write_report,
 )
-from dreamgym.core.errors import ConfigError
-from dreamgym.trainer import EvalResult
 
 if TYPE_CHECKING:
     from dreamgym.agents import LocalPolicy
-    from dreamgym.core.protocols import Embedder, ReplayStore
+    from dreamgym.core.protocols import ReplayStore
     from dreamgym.core.types import Task
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.runtime import RuntimeConfig
+    from dreamgym.trainer import EvalResult
 
 __all__ = [
     "DEMO_TASKS",
@@ -277,7 +278,7 @@ def experience_model_dir(settings: DemoSettings) -> Path:
     Raises:
         ConfigError: There is no model there; for the default, the message says how to build it.
     """
-    from dreamgym.sim_default import default_model_dir
+    from dreamgym.jobs.sim_default import default_model_dir
 
     path = settings.sim_model or default_model_dir()
     if (path / "config.json").exists():
@@ -285,7 +286,7 @@ def experience_model_dir(settings: DemoSettings) -> Path:
     if settings.sim_model is None:
         raise ConfigError(
             f"the offline default experience model is not built yet ({path}); build it once with "
-            "`make sim-default` (= `.venv/bin/python -m dreamgym.sim_default`, about an hour on 2 cores), "
+            "`make sim-default` (= `.venv/bin/python -m dreamgym.jobs.sim_default`, about an hour on 2 cores), "
             "or pass --sim-model DIR"
         )
     raise ConfigError(f"no experience model at {path}; train one with `dreamgym sim train` or pass another directory")
@@ -310,8 +311,8 @@ def policy_model_dir(settings: DemoSettings) -> Path:
 
 async def _collect(settings: DemoSettings) -> dict[str, int]:
     """Phase 1: a demonstrator and ``explorers`` random episodes per (task, training seed), real, into the store."""
+    from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import LmdbReplayStore, StoreConfig
-    from dreamgym.sim_default import CollectPlan, collect_miniwob
 
     plan = CollectPlan(
         tasks=settings.tasks,
