@@ -118,7 +118,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, groups_per_update: 
 
 
 def _seeds(text: str) -> list[int]:
-    from dreamgym._cli_common import parse_seeds
+    from dreamgym.cli._common import parse_seeds
 
     return list(parse_seeds(text))
 

@@ -156,9 +156,9 @@ def test_every_command_takes_a_config_file_of_its_flags_and_flags_override_it(tm
 
 
 def test_the_task_grammar() -> None:
-    from dreamgym._cli_common import task_names
     from dreamgym.bridge.demonstrators import DEMONSTRATORS
     from dreamgym.bridge.miniwob import EXCLUDED, text_tasks
+    from dreamgym.cli._common import task_names
 
     assert task_names("miniwob:click-button, enter-text,miniwob/click-tab") == [
         "click-button",

@@ -84,7 +84,8 @@ def test_settings_refuse_held_out_seeds_that_are_also_training_seeds(tmp_path: P
 def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path: Path) -> None:
     import dataclasses
 
-    from dreamgym.cli import _parser, demo_settings
+    from dreamgym.cli import _parser
+    from dreamgym.cli.demo import demo_settings
     from dreamgym.jobs.demo import DemoSettings
 
     argv = {

@@ -5,10 +5,11 @@
   :class:`~dreamgym.runtime.Sides`; ``open_runtime`` puts a runtime over them
   and ``stack_sides`` hands them to the trainer.
 - ``mixed_groups``: groups over tasks and seeds with a share of them real;
-  ``held_out``: the (task, seed) pairs a run must never retrieve or refit on.
+  ``held_out``: the (task, seed) pairs a run must never retrieve or refit on;
+  ``collected``: the groups a store does not hold yet (re-runs add nothing twice).
 """
 
-from dreamgym.jobs._groups import held_out, mixed_groups
+from dreamgym.jobs._groups import collected, held_out, mixed_groups
 from dreamgym.jobs._stack import (
     PolicyFactory,
     StackSettings,
@@ -21,6 +22,7 @@ from dreamgym.jobs._stack import (
 __all__ = [
     "PolicyFactory",
     "StackSettings",
+    "collected",
     "grounded_simulator",
     "held_out",
     "mixed_groups",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from dreamgym.core.types import Source, Task
 from dreamgym.runtime import GroupSpec, RatioSource
 
-__all__ = ["held_out", "mixed_groups"]
+__all__ = ["collected", "held_out", "mixed_groups"]
 
 
 def mixed_groups(
@@ -45,3 +46,37 @@ def mixed_groups(
 def held_out(tasks: Sequence[str], seeds: Sequence[int]) -> tuple[tuple[str, int | None], ...]:
     """Every (task id, seed) pair of ``tasks`` x ``seeds``: what retrieval and refits must leave out."""
     return tuple((task, seed) for task in tasks for seed in seeds)
+
+
+async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[list[Any], int]:
+    """The groups still to collect, and how many are done: a (task, seed) group is done when the store
+    holds at least its size of episodes of that task and seed by this policy that the infrastructure
+    did not cut (a group without a seed: of that task). A group with fewer runs only the episodes it
+    lacks, so a re-run tops each (task, seed) up to its size and never beyond."""
+    import dataclasses
+    from collections import Counter
+
+    import anyio
+
+    from dreamgym.core.types import Episode, decode_record
+
+    def count() -> Counter[tuple[str, int | None]]:
+        finished: Counter[tuple[str, int | None]] = Counter()
+        for _, raw in store.iter_records("episodes"):
+            episode = decode_record(raw, Episode)
+            if episode.policy_id == policy_id and episode.source == "real" and not episode.cut_reason:
+                finished[(episode.task_id, episode.seed)] += 1
+        return finished
+
+    finished = await anyio.to_thread.run_sync(count)
+    by_task = Counter[str]()
+    for (task_id, _), n in finished.items():
+        by_task[task_id] += n
+
+    def held(group: Any) -> int:
+        return finished[(group.task.task_id, group.seed)] if group.seed is not None else by_task[group.task.task_id]
+
+    pending = [
+        dataclasses.replace(group, size=group.size - held(group)) for group in groups if held(group) < group.size
+    ]
+    return pending, len(groups) - len(pending)

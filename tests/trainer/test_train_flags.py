@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from helpers import dreamgym
 
-from dreamgym._cli_train import train_config
 from dreamgym.cli import _parser
+from dreamgym.cli.train import train_config
 from dreamgym.core.errors import UsageError
 from dreamgym.trainer import TrainConfig
 

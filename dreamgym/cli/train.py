@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import (
+from dreamgym.cli._common import (
     RUN_TASKS_HELP,
     add_served_sim_arguments,
     add_site_argument,
@@ -68,7 +68,7 @@ def add_train_command(commands: Any, *, config_flags: bool = True) -> None:
     train.add_argument("--no-resume", action="store_true", help="start afresh even if OUT has checkpoints")
     train.add_argument("--json", action="store_true", help="print the result as JSON")
     if config_flags:
-        from dreamgym._cli_config import add_config_flags
+        from dreamgym.cli._config import add_config_flags
         from dreamgym.trainer._config import TrainConfig
 
         group = train.add_argument_group("training settings (TrainConfig; --config FILE sets the same fields)")
@@ -91,7 +91,7 @@ def train_config(args: argparse.Namespace) -> Any:
     Raises:
         UsageError: No mode or run directory, an unknown or ill-typed setting, or one ``TrainConfig`` refuses.
     """
-    from dreamgym._cli_config import build_config, given_values, read_config_file
+    from dreamgym.cli._config import build_config, given_values, read_config_file
     from dreamgym.core.errors import ConfigError, UsageError
     from dreamgym.trainer import TrainConfig
 

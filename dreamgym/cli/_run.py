@@ -1,4 +1,5 @@
-"""``dreamgym collect`` and ``dreamgym rollout``: run a policy in groups, real or mixed, into a store."""
+"""What ``dreamgym collect`` and ``dreamgym rollout`` share: their arguments and checks, the policy, the stack,
+the live panel and the summary."""
 
 from __future__ import annotations
 
@@ -8,50 +9,30 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import (
+from dreamgym.cli._common import (
     RUN_TASKS_HELP,
-    add_served_sim_arguments,
     add_site_argument,
     embedder_named,
     experience_model_source,
     parse_seeds,
     run_tasks,
-    webarena_sites,
 )
-from dreamgym._cli_config import add_config_file_option
 
-__all__ = ["add_run_commands"]
+__all__ = [
+    "add_run_arguments",
+    "check_run_arguments",
+    "drive",
+    "fail_if_nothing_ran",
+    "open_run",
+    "run_groups",
+    "run_policy",
+    "summary",
+]
 
 POLICIES = ("demonstrator", "random", "chat", "local")
 
 
-def add_run_commands(commands: Any) -> None:
-    """Register ``collect`` and ``rollout`` on the CLI's subparsers."""
-    collect = commands.add_parser("collect", help="run a policy on real tasks (Chromium) into a store")
-    _common(collect)
-    collect.add_argument(
-        "--again",
-        action="store_true",
-        help="run every (task, seed) group, even those the store already holds finished episodes of",
-    )
-    add_config_file_option(collect)
-    collect.set_defaults(run=_run_collect)
-
-    rollout = commands.add_parser("rollout", help="synthetic or mixed rollouts into a store")
-    _common(rollout)
-    rollout.add_argument("--real-share", type=float, default=0.0, help="share of groups run on real pages")
-    rollout.add_argument("--shadow", action="store_true", help="predict every real step with the simulator too")
-    rollout.add_argument(
-        "--sim-model",
-        default="default",
-        help="experience model directory, or 'default' (with --sim-url: the served model's name)",
-    )
-    add_served_sim_arguments(rollout, "--sim-model")
-    add_config_file_option(rollout)
-    rollout.set_defaults(run=_run_rollout)
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", type=Path, required=True, help="replay store (created if missing)")
     parser.add_argument("--tasks", default="demo", help=RUN_TASKS_HELP)
     add_site_argument(parser)
@@ -101,7 +82,7 @@ def check_run_arguments(args: argparse.Namespace) -> list[Any]:
     return tasks
 
 
-def _policy(args: argparse.Namespace, limiter: Any) -> Any:
+def run_policy(args: argparse.Namespace, limiter: Any) -> Any:
 
     if args.policy == "demonstrator":
         from dreamgym.bridge import MiniWobDemonstrator
@@ -128,7 +109,7 @@ def _policy(args: argparse.Namespace, limiter: Any) -> Any:
     return LocalPolicy.load(path, config=LocalPolicyConfig(temperature=args.temperature), limiter=limiter)
 
 
-def _runtime(
+def open_run(
     args: argparse.Namespace, sites: Sequence[Any], *, simulator: bool
 ) -> AbstractAsyncContextManager[tuple[Any, Any]]:
     """Open the store, the browsers, the policy and (for rollouts) the simulator; yields (runtime, sides)."""
@@ -143,10 +124,10 @@ def _runtime(
         sites=tuple(sites),
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency),
     )
-    return open_runtime(settings, lambda limiter: _policy(args, limiter))
+    return open_runtime(settings, lambda limiter: run_policy(args, limiter))
 
 
-def _groups(args: argparse.Namespace, *, real_share: float, shadow: bool = False) -> list[Any]:
+def run_groups(args: argparse.Namespace, *, real_share: float, shadow: bool = False) -> list[Any]:
     """One group per (task, seed), or per task where tasks have no seeds; ``real_share`` of them real
     (exactly, spread out), shadowed if asked."""
     from dreamgym.jobs import mixed_groups
@@ -156,7 +137,7 @@ def _groups(args: argparse.Namespace, *, real_share: float, shadow: bool = False
     return mixed_groups(tasks, seeds, size=args.group_size, real_share=real_share, shadow=shadow)
 
 
-async def _drive(runtime: Any, groups: Sequence[Any]) -> list[Any]:
+async def drive(runtime: Any, groups: Sequence[Any]) -> list[Any]:
     """Run the groups while a rich panel shows the runtime's counters."""
     import anyio
     from rich.live import Live
@@ -188,7 +169,7 @@ async def _drive(runtime: Any, groups: Sequence[Any]) -> list[Any]:
     return results
 
 
-def _summary(results: Sequence[Any]) -> str:
+def summary(results: Sequence[Any]) -> str:
     episodes = [e for r in results for e in r.episodes]
     by_source: dict[str, list[Any]] = {}
     for result in results:
@@ -205,75 +186,7 @@ def _summary(results: Sequence[Any]) -> str:
     )
 
 
-def _run_collect(args: argparse.Namespace) -> int:
-    import anyio
-
-    sites = webarena_sites(args, check_run_arguments(args))  # the answer judge's check too, before anything opens
-
-    async def go() -> tuple[list[Any], int]:
-        async with _runtime(args, sites, simulator=False) as (runtime, _):
-            groups = _groups(args, real_share=1.0)
-            done = 0
-            if not args.again:
-                groups, done = await collected(runtime.store, groups, runtime.policy.policy_id)
-            return (await _drive(runtime, groups) if groups else []), done
-
-    results, done = anyio.run(go)
-    print(_summary(results) + (f"; skipped {done} groups the store already holds (--again runs them)" if done else ""))
-    _fail_if_nothing_ran(results)
-    return 0
-
-
-async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[list[Any], int]:
-    """The groups still to collect, and how many are done: a (task, seed) group is done when the store
-    holds at least its size of episodes of that task and seed by this policy that the infrastructure
-    did not cut (a group without a seed: of that task). A group with fewer runs only the episodes it
-    lacks, so a re-run tops each (task, seed) up to its size and never beyond."""
-    import dataclasses
-    from collections import Counter
-
-    import anyio
-
-    from dreamgym.core.types import Episode, decode_record
-
-    def count() -> Counter[tuple[str, int | None]]:
-        finished: Counter[tuple[str, int | None]] = Counter()
-        for _, raw in store.iter_records("episodes"):
-            episode = decode_record(raw, Episode)
-            if episode.policy_id == policy_id and episode.source == "real" and not episode.cut_reason:
-                finished[(episode.task_id, episode.seed)] += 1
-        return finished
-
-    finished = await anyio.to_thread.run_sync(count)
-    by_task = Counter[str]()
-    for (task_id, _), n in finished.items():
-        by_task[task_id] += n
-
-    def held(group: Any) -> int:
-        return finished[(group.task.task_id, group.seed)] if group.seed is not None else by_task[group.task.task_id]
-
-    pending = [
-        dataclasses.replace(group, size=group.size - held(group)) for group in groups if held(group) < group.size
-    ]
-    return pending, len(groups) - len(pending)
-
-
-def _run_rollout(args: argparse.Namespace) -> int:
-    import anyio
-
-    sites = webarena_sites(args, check_run_arguments(args))  # the answer judge's check too, before anything opens
-
-    async def go() -> list[Any]:
-        async with _runtime(args, sites, simulator=True) as (runtime, _):
-            return await _drive(runtime, _groups(args, real_share=args.real_share, shadow=args.shadow))
-
-    results = anyio.run(go)
-    print(_summary(results))
-    _fail_if_nothing_ran(results)
-    return 0
-
-
-def _fail_if_nothing_ran(results: Sequence[Any]) -> None:
+def fail_if_nothing_ran(results: Sequence[Any]) -> None:
     """A job whose every episode the infrastructure ended (a dead server, a deadline every call
     outlives) has nothing to show: say why, and exit non-zero.
 

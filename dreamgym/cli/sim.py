@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from dreamgym._cli_common import (
+from dreamgym.cli._common import (
     RUN_TASKS_HELP,
     add_served_arguments,
     add_site_argument,
@@ -18,7 +18,7 @@ from dreamgym._cli_common import (
     parse_tasks,
     served_backend,
 )
-from dreamgym._cli_config import add_config_file_option
+from dreamgym.cli._config import add_config_file_option
 
 __all__ = ["add_sim_commands"]
 
