@@ -119,12 +119,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.trainer import Trainer, sft_refit
-    from dreamgym.trainer._config import check_one_process
 
-    try:
-        check_one_process()  # before any model loads or store opens
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from exc
     tasks, seeded = run_tasks(args)
     train_seeds = parse_seeds(args.train_seeds)
     eval_seeds = parse_seeds(args.eval_seeds) if args.eval_seeds.strip() else []

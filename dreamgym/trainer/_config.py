@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -165,25 +163,3 @@ class TrainConfig:
     @property
     def needs_synthetic(self) -> bool:
         return any(self.real_share_at(update) < 1 for update in range(self.updates))
-
-
-def check_one_process(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse to train when a launcher (``torchrun``, ``accelerate launch``) started several ranks.
-
-    Every rank would build its own runtime: its own browsers, its own rollouts of
-    the same groups, and its own writes to the one store (the second writer is
-    refused by the store's lock, so that rank would die mid-run). Until rank 0
-    rolls out for all of them, dreamgym trains in one process.
-
-    Raises:
-        ConfigError: ``WORLD_SIZE`` says there is more than one rank.
-    """
-    environ = os.environ if environ is None else environ
-    world = environ.get("WORLD_SIZE", "1").strip()
-    if world.isdigit() and int(world) > 1:
-        rank = environ.get("RANK", "?")
-        raise ConfigError(
-            f"this process is rank {rank} of {world} (WORLD_SIZE={world}): dreamgym trains in one process, "
-            "because each rank would open its own browsers and write the same store; run it without "
-            "torchrun or accelerate launch"
-        )

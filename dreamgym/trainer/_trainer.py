@@ -36,6 +36,8 @@ latest checkpoint in ``output_dir``.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import math
@@ -57,7 +59,7 @@ from dreamgym.core.protocols import Policy
 from dreamgym.core.types import Source, Task
 from dreamgym.runtime import GroupResult, GroupSpec, Runtime, RuntimePortal
 from dreamgym.simulator import TaskPool
-from dreamgym.trainer._config import TrainConfig, check_one_process
+from dreamgym.trainer._config import TrainConfig
 from dreamgym.trainer._evaluate import EvalResult, evaluate
 from dreamgym.trainer._sides import OpenSides, Sides
 
@@ -172,7 +174,6 @@ class Trainer:
         eval_seeds: Sequence[int] = (),
         eval_temperature: float = 0.0,
     ) -> None:
-        check_one_process()
         if not isinstance(policy, LocalPolicy):
             raise ConfigError(
                 f"only a policy that returns token records can be trained; {policy.policy_id!r} "
@@ -239,17 +240,18 @@ class Trainer:
         self.policy.model = self.grpo.model  # wrapped in adapters: a weight change
         self.policy.mark_version(self._version())
         self._eval_policy = self.policy.sibling(temperature=self.eval_temperature)
-        with RuntimePortal(self._open_runtime) as portal:
+        # under several ranks only the main one opens the sides (browsers, stores) and plays episodes
+        with RuntimePortal(self._open_runtime) if self._main else contextlib.nullcontext() as portal:
             self._portal = portal
             try:
-                if self.eval_seeds and self.config.eval_at_start and checkpoint is None:
+                if self.eval_seeds and self.config.eval_at_start and checkpoint is None and self._main:
                     self._evaluate()
                 self.grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
                 final_dir = self.config.output_dir / "final"
                 self.grpo.save_model(str(final_dir))
                 self._write_state(final_dir)
                 already = bool(self.evaluations) and self.evaluations[-1][0] == self.state.update
-                if self.eval_seeds and not already:
+                if self.eval_seeds and not already and self._main:
                     self._evaluate()
             finally:
                 self._portal = None
@@ -307,8 +309,10 @@ class Trainer:
             dataloader_num_workers=0,
             log_completions=False,
         )
-        # The dataset only counts groups: the rollout function picks each group's task from the pool.
-        dataset = Dataset.from_dict({"prompt": [f"group {n}" for n in range(config.groups_per_update)]})
+        # The dataset only counts groups: the rollout function picks each group's task from the pool. Each
+        # rank asks for its own groups_per_update groups of every update.
+        groups = config.groups_per_update * self._ranks
+        dataset = Dataset.from_dict({"prompt": [f"group {n}" for n in range(groups)]})
         peft_config = None
         if config.lora is not None:
             target: Any = config.lora.target_modules
@@ -364,12 +368,35 @@ class Trainer:
     # ------------------------------------------------------------------ one update's rollouts
 
     def _rollout(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        """TRL's ``rollout_func``: one episode per prompt entry, G consecutive entries per group."""
+        """TRL's ``rollout_func``: one episode per prompt entry, G consecutive entries per group.
+
+        Under several ranks the main rank plays every rank's groups (its browsers,
+        its store, its simulator: the store keeps one writer) and hands each rank
+        its share, in rank order, which is how TRL gathers them for the group
+        baselines.
+        """
         size = self.config.group_size
         if len(prompts) % size:
             raise ConfigError(f"TRL asked for {len(prompts)} completions, not a multiple of the group size {size}")
+        if self._ranks == 1:
+            return self._rollout_groups(len(prompts) // size)
+        from accelerate.utils import broadcast_object_list, gather_object  # type: ignore[import-untyped]
+
+        counts: list[int] = gather_object([len(prompts)])
+        shares: list[Any] = [None]
+        if self._main:
+            output = self._rollout_groups(sum(counts) // size)
+            edges = [sum(counts[:n]) for n in range(len(counts) + 1)]
+            shares = [[{key: values[a:b] for key, values in output.items()} for a, b in itertools.pairwise(edges)]]
+        broadcast_object_list(shares, from_process=0)
+        mine: dict[str, list[Any]] = shares[0][trainer.accelerator.process_index]
+        self.last_rollout = mine
+        return mine
+
+    def _rollout_groups(self, groups: int) -> dict[str, list[Any]]:
+        """Play ``groups`` groups of ``group_size`` episodes through the portal; TRL's lists of them."""
+        size = self.config.group_size
         portal = self._require_portal()
-        groups = len(prompts) // size
         update = self.state.update
         rng = random.Random(f"{self.config.seed}/{update}")
         tasks = self.pool.sample_batch(groups, rng)
@@ -520,6 +547,8 @@ class Trainer:
             self.state.switched_at = update
             save = True
             log.info("sim2real: %d synthetic updates done; real groups from now on", update)
+        if not self._main:  # refits, the curriculum and evaluation play episodes: the main rank's work
+            return save
         if config.sim_refit_every and update % config.sim_refit_every == 0 and update < config.updates:
             self._refit()
         if config.curriculum is not None and update % config.curriculum_every == 0 and update < config.updates:
@@ -632,6 +661,8 @@ class Trainer:
         }
 
     def _log_metrics(self, metrics: dict[str, Any], *, kind: str) -> None:
+        if not self._main:
+            return
         record = {"kind": kind, "time": time.time(), **self._counters(), **metrics}
         with self._metrics_path.open("a") as out:
             out.write(json.dumps(record) + "\n")
@@ -652,6 +683,8 @@ class Trainer:
         self._writer.flush()
 
     def _write_state(self, directory: Path) -> None:
+        if not self._main:
+            return
         directory.mkdir(parents=True, exist_ok=True)
         self.state.generated_tasks = [msgspec.to_builtins(task) for task in self.pool.generated_tasks()]
         (directory / STATE_FILE).write_text(json.dumps(self.state.as_dict(), indent=1))
@@ -663,6 +696,16 @@ class Trainer:
         self.state = TrainerState.from_dict(json.loads(path.read_text()))
         generated = [msgspec.convert(task, Task) for task in self.state.generated_tasks]
         self.pool.add_tasks(generated)
+
+    @property
+    def _ranks(self) -> int:
+        """How many processes train together (``WORLD_SIZE``, set by torchrun or accelerate launch)."""
+        return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+    @property
+    def _main(self) -> bool:
+        """Whether this is the rank that plays the episodes and writes the store."""
+        return int(os.environ.get("RANK", "0") or 0) == 0
 
     def _require_portal(self) -> RuntimePortal:
         if self._portal is None:

@@ -1,32 +1,58 @@
-"""Training under a launcher's several ranks is refused before anything opens: each rank would roll out
-the same groups in its own browsers and write the one store."""
+"""Training under two ranks (torchrun, CPU): one rank plays every rank's episodes and writes the one store;
+both train on their share and end with the same weights."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
+import anyio
 import pytest
-from helpers import dreamgym
+from runtime_helpers import open_store
 
-from dreamgym.core.errors import ConfigError
-from dreamgym.trainer._config import check_one_process
+from dreamgym.core import Episode, Step, decode_record
 
-
-def test_one_process_passes_and_several_ranks_are_refused_naming_the_rank() -> None:
-    check_one_process({})
-    check_one_process({"WORLD_SIZE": "1", "RANK": "0"})
-    with pytest.raises(ConfigError, match=r"rank 1 of 2 .*without torchrun or accelerate launch"):
-        check_one_process({"WORLD_SIZE": "2", "RANK": "1"})
+HERE = Path(__file__).resolve().parent
 
 
-def test_dreamgym_train_under_two_ranks_is_one_line_exit_2_and_opens_nothing(tmp_path: Path) -> None:
-    store, out = tmp_path / "store", tmp_path / "run"
-    done = dreamgym(
-        "train", "--tasks", "click-test", "--store", str(store), "--out", str(out), "--policy-model", str(tmp_path),
-        check=False, env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"},
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "rank 0 of 2" in done.stderr
-    assert not store.exists()
-    assert not out.exists()
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.timeout(600)
+def test_two_ranks_train_on_episodes_only_the_first_plays_and_stores_each_once(tmp_path: Path) -> None:
+    paths = [str(HERE.parent), str(HERE.parent / "runtime"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths)), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+               "--master-port", str(_free_port()), str(HERE / "two_ranks.py"), str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=540, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    ranks = [json.loads((tmp_path / f"rank-{n}.json").read_text()) for n in (0, 1)]
+    opened = sorted(tmp_path.glob("opened-*"))
+    assert [path.name for path in opened] == [f"opened-{ranks[0]['pid']}"]  # only rank 0 opened browsers and store
+    assert [rank["update"] for rank in ranks] == [2, 2]
+    assert [rank["completions"] for rank in ranks] == [2, 2]  # each rank trained on its own group
+    assert ranks[0]["real_groups"] == 2 * 2  # rank 0 played both ranks' group of each update
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # one model, kept in step across ranks
+    assert ranks[0]["weights"] != ranks[0]["weights_before"]  # ...and trained
+
+    async def read() -> tuple[list[Episode], list[Step]]:
+        async with open_store(tmp_path / "store") as store:
+            episodes = [decode_record(data, Episode) for _, data in store.iter_records("episodes")]
+            steps = [decode_record(data, Step) for _, data in store.iter_records("steps")]
+        return episodes, steps
+
+    episodes, steps = anyio.run(read)
+    assert len(episodes) == 2 * 2 * 2  # updates x ranks x group size, each once
+    assert len({episode.episode_id for episode in episodes}) == len(episodes)
+    by_episode = {episode.episode_id: episode for episode in episodes}
+    for episode_id, episode in by_episode.items():
+        mine = [step for step in steps if step.episode_id == episode_id]
+        assert len(mine) == episode.num_steps
+        assert sorted(step.step_index for step in mine) == list(range(episode.num_steps))

@@ -1,0 +1,65 @@
+"""Two ranks of one training run, started by ``torchrun`` from ``test_trainer_ranks.py``: real groups on the toy
+form, a tiny real policy. Each rank writes ``OUT/rank-N.json`` (what it did, a digest of its final weights); the
+rank that opens the sides writes ``OUT/opened-PID``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import torch
+from helpers import warm_index_labels
+from runtime_helpers import NAMES, TASK, ToyFormEnv, goal, open_store, page
+
+from dreamgym.agents import LocalPolicy, LocalPolicyConfig, add_index_tokens, render_observation, system_message
+from dreamgym.runtime import RuntimeConfig, Sides
+from dreamgym.simulator import ScratchModelConfig
+from dreamgym.simulator._sft import scratch_model, train_tokenizer
+from dreamgym.trainer import TrainConfig, Trainer
+
+TINY = ScratchModelConfig(vocab_size=400, hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128,
+                          max_positions=4096)  # fmt: skip
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    torch.manual_seed(0)
+    pages = [page(seed, typed) for seed in range(len(NAMES)) for typed in ("", NAMES[seed])]
+    texts = [system_message("index"), TASK.instruction, *(goal(seed) for seed in range(4))]
+    texts += [render_observation(p) for p in pages]
+    tokenizer = train_tokenizer(texts * 4, TINY.vocab_size)
+    model = scratch_model(tokenizer, TINY, seed=0)
+    add_index_tokens(model, tokenizer)
+    warm_index_labels(model, tokenizer, TASK, pages)
+    policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=1.0, seed=0))
+
+    @asynccontextmanager
+    async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
+        (out / f"opened-{os.getpid()}").touch()
+        async with open_store(out / "store") as store:
+            yield Sides(store=store, real_env=ToyFormEnv, runtime_config=RuntimeConfig(max_steps=4, real_concurrency=2))
+
+    config = TrainConfig(mode="mixed", real_share=1.0, updates=2, group_size=2, groups_per_update=1,
+                         learning_rate=1e-2, lora=None, output_dir=out / "run", report_to=())  # fmt: skip
+    trainer = Trainer(config, policy=policy, tasks=[TASK], open_sides=open_sides, train_seeds=(0, 1, 2, 3))
+    before = _digest(policy.model)
+    result = trainer.train(resume=False)
+    report = {"pid": os.getpid(), "update": result.state.update, "real_groups": result.state.real_groups,
+              "completions": len(trainer.last_rollout["completion_ids"]), "weights_before": before,
+              "weights": _digest(trainer.grpo.model)}  # fmt: skip
+    (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(report))
+    return 0
+
+
+def _digest(model: torch.nn.Module) -> str:
+    return hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
