@@ -1,10 +1,16 @@
 """Bridge figures, each beside a baseline measured in the same run (JSON lines on stdout).
 
-    python benchmarks/bridge_bench.py [--quick]
+    python benchmarks/bridge_bench.py [--quick] [--commit-results]
+
+With ``--commit-results`` the rows also go to ``benchmarks/results/bridge_bench.json``
+with the date, the commit and the command.
 
 - ``env_step_overhead``: mean seconds per step of one action sequence (a
   MiniWoB login, solved) through ``BrowserEnv`` vs. bare Playwright doing the
   same actions each followed by one ``aria_snapshot`` (target ratio <= 1.2).
+- ``env_step_overhead_unsettled``: the same through ``BrowserEnv`` with
+  settling off (``settle_quiet_ms=0``), against the same bare baseline: what
+  waiting for the page to settle costs on MiniWoB++ pages.
 - ``miniwob_episodes_per_s_<k>``: demonstrator episodes per second with k
   concurrent contexts (2 browser processes), vs. k = 1. Actions wait at most
   1 s for an element (a covered button otherwise costs 5 s a try).
@@ -13,12 +19,18 @@
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import shlex
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import _report as report
 import anyio
+from learning_curve import _commit
 
 from dreamgym.bridge import (
     CHROMIUM_ARGS,
@@ -37,8 +49,14 @@ from dreamgym.runtime import run_episode
 TASK = "login-user"
 
 
+ROWS: list[dict[str, Any]] = []
+
+
 def emit(figure: str, value: float, unit: str, baseline: str, baseline_value: float, **extra: Any) -> None:
     report.emit(figure, value, unit, baseline, baseline_value, digits=5, **extra)
+    ROWS.append({"figure": figure, "value": round(value, 5), "baseline": baseline,
+                 "baseline_value": round(baseline_value, 5),
+                 "ratio": round(value / baseline_value, 4) if baseline_value else None, **extra})  # fmt: skip
 
 
 async def solved_sequence(site: MiniWobSite, seed: int) -> list[str]:
@@ -52,10 +70,12 @@ async def solved_sequence(site: MiniWobSite, seed: int) -> list[str]:
         return actions
 
 
-async def through_env(site: MiniWobSite, actions: list[str], seed: int, episodes: int) -> list[float]:
+async def through_env(
+    site: MiniWobSite, actions: list[str], seed: int, episodes: int, config: EnvConfig | None = None
+) -> list[float]:
     steps: list[float] = []
     async with BrowserPool(BrowserConfig(processes=1)) as pool:
-        env = BrowserEnv(pool, sites=[site])
+        env = BrowserEnv(pool, sites=[site], config=config)
         task = site.task(TASK)
         parsed = [parse_action(a) for a in actions]
         for _ in range(episodes):
@@ -143,6 +163,17 @@ async def main(quick: bool) -> None:
         target="ratio <= 1.2",
         median_ratio=round(statistics.median(ours) / statistics.median(bare), 4),
     )
+    unsettled = await through_env(site, actions, 5, episodes, EnvConfig(settle_quiet_ms=0))
+    emit(
+        "env_step_overhead_unsettled",
+        statistics.mean(unsettled),
+        "s/step",
+        "bare playwright act + aria_snapshot",
+        statistics.mean(bare),
+        steps=len(unsettled),
+        task=TASK,
+        median_ratio=round(statistics.median(unsettled) / statistics.median(bare), 4),
+    )
     runs = 20 if quick else 60
     single, success = await episodes_per_second(site, 1, runs)
     emit("miniwob_episodes_per_s_1", single, "episodes/s", "itself", single, episodes=runs, success=success)
@@ -163,4 +194,13 @@ async def main(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    anyio.run(main, parser.parse_args().quick)
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/bridge_bench.json")
+    args = parser.parse_args()
+    commit = _commit()
+    anyio.run(main, args.quick)
+    if args.commit_results:
+        record = {"date": datetime.date.today().isoformat(), "commit": commit,
+                  "command": "python " + " ".join(shlex.quote(a) for a in sys.argv), "rows": ROWS}  # fmt: skip
+        (Path(__file__).resolve().parent / "results" / "bridge_bench.json").write_text(
+            json.dumps(record, indent=1) + "\n"
+        )

@@ -30,6 +30,7 @@ from dreamgym.bridge.allowlist import Allowlist
 from dreamgym.bridge.browser import BrowserPool, ContextLease
 from dreamgym.bridge.capture import RefMap, render_snapshot
 from dreamgym.bridge.execute import PageGone, Tabs, execute_action
+from dreamgym.bridge.settle import SETTLE_SCRIPT, settle
 from dreamgym.bridge.sites import GenericSite, Site
 from dreamgym.core.errors import BackendError, ConfigError
 from dreamgym.core.protocols import StepResult
@@ -58,14 +59,22 @@ class EnvConfig:
     """Step limit, unless the task sets ``max_steps``; reaching it truncates (``step_limit``)."""
     max_state_chars: int = 20_000
     """Cap of the rendered state; the observation's ``cut_note`` says what was cut."""
+    settle_quiet_ms: float = 10.0
+    """Before each capture, wait until the page has had no request in flight and no DOM change for this
+    long (``dreamgym.bridge.settle``); 0 turns settling off."""
+    settle_deadline_s: float = 2.0
+    """The most a capture waits for the page to settle; a page still changing then is captured as it is,
+    and the step's ``info["settled"]`` is ``False``."""
     settle_s: float = 0.0
-    """Pause after each action before capturing, for pages that animate."""
+    """A fixed pause after each action, before settling (for pages that animate)."""
 
     def __post_init__(self) -> None:
         if self.action_timeout_s >= self.step_deadline_s:
             raise ConfigError("action_timeout_s must be shorter than step_deadline_s")
         if self.max_steps < 1 or self.max_state_chars < 100:
             raise ConfigError("max_steps must be >= 1 and max_state_chars >= 100")
+        if self.settle_quiet_ms < 0 or not 0 <= self.settle_deadline_s < self.step_deadline_s:
+            raise ConfigError("settle_quiet_ms must be >= 0 and settle_deadline_s in [0, step_deadline_s)")
 
 
 @dataclass
@@ -87,6 +96,8 @@ class _Episode:
     blocked: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     crashed: bool = False
+    settled: bool = True
+    """Whether the last capture found the page settled (``False``: its settle deadline passed)."""
 
 
 class BrowserEnv:
@@ -145,6 +156,7 @@ class BrowserEnv:
                     episode = await self._open_episode(task, site)
                 self._episode = episode
                 episode.goal = await site.start(episode.tabs.page, task, self.seed)
+                await self._settle(episode)
                 observation = await self._observe(episode, "")
         except TimeoutError as exc:
             await self._close_context()
@@ -164,6 +176,8 @@ class BrowserEnv:
         context.set_default_timeout(self.config.action_timeout_s * 1000)
         context.set_default_navigation_timeout(self.config.step_deadline_s * 1000)
         await context.route("**/*", self._route)
+        if self.config.settle_quiet_ms:
+            await context.add_init_script(SETTLE_SCRIPT)
         context.on("page", self._watch_page)
         page = await context.new_page()
         return _Episode(task, site, lease, Tabs(context, [page]), site.allowlist(task), self.seed)
@@ -243,6 +257,7 @@ class BrowserEnv:
         )
         if self.config.settle_s:
             await anyio.sleep(self.config.settle_s)
+        await self._settle(episode)
         page, task = episode.tabs.page, episode.task
         if action.name == "stop" and not error:
             # Observe the page the agent stopped on first: evaluation may navigate away from it.
@@ -284,8 +299,21 @@ class BrowserEnv:
             terminated=episode.terminated,
             truncated=episode.truncated,
             truncation_reason=episode.reason,
-            info={"steps": episode.steps, "browser": episode.lease.browser_index},
+            info={"steps": episode.steps, "browser": episode.lease.browser_index, "settled": episode.settled},
         )
+
+    async def _settle(self, episode: _Episode) -> None:
+        """Wait for the page to settle before it is captured (see ``dreamgym.bridge.settle``)."""
+        config = self.config
+        if not config.settle_quiet_ms or not config.settle_deadline_s:
+            return
+        episode.tabs.sync()
+        episode.settled = await settle(
+            episode.tabs.page, quiet_ms=config.settle_quiet_ms, deadline_ms=config.settle_deadline_s * 1000
+        )
+        if not episode.settled:
+            log.debug("%s: the page was still changing after %s s; captured as it was",
+                      episode.task.task_id, config.settle_deadline_s)  # fmt: skip
 
     # ------------------------------------------------------------------ observation
 

@@ -1,0 +1,83 @@
+"""Waiting for a live page to settle before it is captured: no request in flight, no DOM change for a while.
+
+Live pages keep building themselves after ``DOMContentLoaded``: a script
+fetches data and adds rows, a framework renders a second time. Captured too
+early, the same task, seed and actions give different observations (an
+element missing, ids shifted), which breaks groups, retrieval and replayed
+actions. Every document of an episode's context gets :data:`SETTLE_SCRIPT`
+before its own scripts run; it counts the page's ``fetch`` and
+``XMLHttpRequest`` calls in flight and notes the time of the last DOM
+mutation. :func:`settle` then waits, inside the page, until nothing is in
+flight and nothing has changed for ``quiet_ms``, or until ``deadline_ms``
+(a page that never stops changing: the step's info says so).
+
+A page that is already quiet costs one round trip: MiniWoB++'s pages change
+inside the action itself, so their quiet window has mostly passed when the
+action returns.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+__all__ = ["SETTLE_SCRIPT", "settle"]
+
+SETTLE_SCRIPT = """
+(() => {
+  if (window.__dreamgymSettle) return;
+  const state = { inflight: 0, last: performance.now() };
+  const watch = () => new MutationObserver(() => { state.last = performance.now(); })
+    .observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+  watch();
+  const fetch = window.fetch;
+  if (fetch) {
+    window.fetch = function (...args) {
+      state.inflight++;
+      let done = false;
+      const end = () => { if (!done) { done = true; state.inflight--; state.last = performance.now(); } };
+      try {
+        return fetch.apply(this, args).then(
+          (response) => { end(); return response; },
+          (error) => { end(); throw error; });
+      } catch (error) { end(); throw error; }
+    };
+  }
+  const send = XMLHttpRequest.prototype.send;
+  XMLHttpRequest.prototype.send = function (...args) {
+    state.inflight++;
+    this.addEventListener("loadend", () => { state.inflight--; state.last = performance.now(); }, { once: true });
+    return send.apply(this, args);
+  };
+  window.__dreamgymSettle = (quietMs, deadlineMs) => new Promise((resolve) => {
+    const start = performance.now();
+    const tick = () => {
+      const now = performance.now();
+      if (state.inflight === 0 && now - state.last >= quietMs) return resolve(true);
+      if (now - start >= deadlineMs) return resolve(false);
+      setTimeout(tick, Math.max(1, Math.min(quietMs - (now - state.last), 10)));
+    };
+    tick();
+  });
+})();
+"""
+"""Installed with ``BrowserContext.add_init_script``: it runs in every document before the page's scripts."""
+
+_WAIT = "([quiet, deadline]) => window.__dreamgymSettle ? window.__dreamgymSettle(quiet, deadline) : true"
+
+
+async def settle(page: Page, *, quiet_ms: float, deadline_ms: float) -> bool:
+    """Wait until ``page`` has no request in flight and no DOM change for ``quiet_ms``; ``False`` when
+    ``deadline_ms`` came first. A navigation under way is waited for (to ``domcontentloaded``) once."""
+    from playwright.async_api import Error as PlaywrightError
+
+    for attempt in range(2):
+        try:
+            return bool(await page.evaluate(_WAIT, [quiet_ms, deadline_ms]))
+        except PlaywrightError:  # the document went away under the call: a navigation
+            if page.is_closed() or attempt:
+                raise
+            await page.wait_for_load_state("domcontentloaded", timeout=deadline_ms + 5000)
+    return False
