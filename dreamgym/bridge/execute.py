@@ -128,10 +128,32 @@ async def _hover(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allow
     return await _on_element(action, tabs, refs, lambda target: target.hover(timeout=timeout))
 
 
+_EDITOR = """(element) => {
+    if (element.closest('.CodeMirror, .cm-editor, .monaco-editor, .ace_editor, [data-editor]')) return true;
+    const box = element.getBoundingClientRect();
+    const field = element.tagName === 'TEXTAREA' || element.tagName === 'INPUT';
+    return field && (box.width < 4 || box.height < 4);  // a hidden input a widget reads its keys from
+}"""
+"""Whether ``element`` is (part of) a code-editor widget rather than a plain field: such widgets keep their own
+document and read keys from a hidden input, so Playwright's ``fill`` appends to it or waits for it to show."""
+
+
 async def _type(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
+    """Replace the element's content with the text: ``fill`` for inputs, textareas and contenteditable
+    elements; for a code editor, focus it, select all and insert the text, as a person would."""
+    text, enter = action.args[1], action.args[2] == "1"
+
     async def fill(target: Locator) -> None:
-        await target.fill(action.args[1], timeout=timeout)
-        if action.args[2] == "1":
+        if await target.evaluate(_EDITOR):
+            keyboard = tabs.page.keyboard
+            await target.focus(timeout=timeout)
+            await keyboard.press("ControlOrMeta+A")
+            await (keyboard.insert_text(text) if text else keyboard.press("Delete"))
+            if enter:
+                await keyboard.press("Enter")
+            return
+        await target.fill(text, timeout=timeout)
+        if enter:
             await target.press("Enter", timeout=timeout)
 
     return await _on_element(action, tabs, refs, fill)

@@ -41,17 +41,20 @@ load("first");
 </script>"""
 
 RESTLESS = """<!doctype html><title>Restless</title><p id="t">0</p>
-<script>let n = 0; setInterval(() => { document.getElementById("t").textContent = String(++n); }, 5);</script>"""
+<script>let n = 0; setInterval(() => { document.getElementById("t").textContent = String(++n); }, 5);
+fetch("/hang");  // a long poll: a request always in flight</script>"""
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        if self.path.startswith("/hang"):
+            time.sleep(5)
         if self.path.startswith("/items"):
             time.sleep(random.uniform(0.0, 0.4))  # a server that answers late, by a different amount each time
             count = 3 if "first" in self.path else 6
             body, kind = json.dumps([f"order {n}" for n in range(count)]).encode(), "application/json"
         else:
-            body, kind = (LATE if self.path.startswith("/late") else RESTLESS).encode(), "text/html"
+            body, kind = (LATE if self.path.startswith("/late") else RESTLESS).encode(), "text/html"  # /hang too
         self.send_response(200)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
