@@ -15,8 +15,11 @@ Pruning: ``generic`` containers with no name, text or attributes are replaced
 by their children; ``/url`` and other ``/``-properties are dropped; the
 ``[active]`` attribute becomes the observation's ``focused_id`` instead of a
 prop (focus would otherwise flicker through the state). The rendered state is
-capped at ``max_chars``, cutting whole lines from the end, and the observation
-says what was cut.
+capped at ``max_chars``: first the longest run of similar siblings (table
+rows, list items) is windowed at the page's scroll position, so the page's
+tail, pagination and controls stay and scrolling reaches every row; then, if
+it still does not fit, whole lines are cut from the end. The observation's
+``cut_note`` says what was left out and how to reach it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from dreamgym.bridge._window import window_longest_run
 from dreamgym.core.errors import StateFormatError
 from dreamgym.core.state import Element, State, render_state
 
@@ -75,18 +79,30 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
 
 
-def render_snapshot(snapshot: str, refs: RefMap, *, max_chars: int = 20_000) -> CapturedState:
+def render_snapshot(
+    snapshot: str, refs: RefMap, *, max_chars: int = 20_000, position: float | None = 0.0
+) -> CapturedState:
     """Render a ``mode="ai"`` snapshot into the abstract state format.
+
+    Over ``max_chars``, the longest run of similar siblings is windowed at
+    ``position`` (the page's scroll position, 0..1; see
+    :mod:`dreamgym.bridge._window`), then whole lines are cut from the end if
+    it still does not fit. ``position=None`` skips the windowing.
 
     Raises:
         StateFormatError: A line is not an ARIA snapshot line.
     """
     roots = _parse(snapshot)
     focused: list[str] = []
-    elements = tuple(e for node in roots for e in _convert(node, refs, focused))
+    elements = tuple(e for node in roots for e in _convert(node, refs, focused))  # every id, shown or not
+    notes = []
+    if position is not None:
+        elements, windowed = window_longest_run(elements, max_chars=max_chars, position=position)
+        notes.append(windowed)
     lines = render_state(State(elements)).split("\n") if elements else []
-    text, note = _cap(lines, max_chars)
-    return CapturedState(text=text, focused_id=focused[0] if focused else "", cut_note=note)
+    text, cut = _cap(lines, max_chars)
+    notes.append(cut)
+    return CapturedState(text=text, focused_id=focused[0] if focused else "", cut_note="; ".join(filter(None, notes)))
 
 
 def _parse(snapshot: str) -> list[_Node]:

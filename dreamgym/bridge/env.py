@@ -100,6 +100,14 @@ class _Episode:
     """Whether the last capture found the page settled (``False``: its settle deadline passed)."""
 
 
+_SCROLL_POSITION = """() => {
+    const page = document.scrollingElement || document.documentElement;
+    const room = page.scrollHeight - window.innerHeight;
+    return room > 0 ? Math.min(1, Math.max(0, window.scrollY / room)) : 0;
+}"""
+"""How far down the page is scrolled, 0 at the top to 1 at the bottom: where a cut state's window sits."""
+
+
 class BrowserEnv:
     """A real web environment (``source = "real"``).
 
@@ -333,7 +341,10 @@ class BrowserEnv:
                 raise
             await page.wait_for_load_state("domcontentloaded", timeout=wait_ms)  # mid-navigation: once more
             snapshot = await target.aria_snapshot(mode="ai", timeout=wait_ms)
-        captured = render_snapshot(snapshot, episode.refs, max_chars=self.config.max_state_chars)
+        position = 0.0
+        if len(snapshot) > self.config.max_state_chars:  # it may be cut: where the window sits follows the scroll
+            position = float(await page.evaluate(_SCROLL_POSITION))
+        captured = render_snapshot(snapshot, episode.refs, max_chars=self.config.max_state_chars, position=position)
         messages = [error] if error else []
         messages += [f"navigation to {url} was blocked: outside the task's allowed sites" for url in episode.blocked]
         messages += episode.notices

@@ -78,11 +78,34 @@ def test_ids_follow_first_appearance_so_re_rendered_elements_get_new_ids() -> No
 
 def test_the_length_cap_cuts_whole_lines_and_says_so() -> None:
     snapshot = "\n".join(f'- button "Button number {i}" [ref=e{i}]' for i in range(100))
-    captured = render_snapshot(snapshot, RefMap(), max_chars=300)
+    captured = render_snapshot(snapshot, RefMap(), max_chars=300, position=None)  # no windowing: the end goes
     assert len(captured.text) <= 300
     parse_state(captured.text)
     lines = captured.text.count("\n") + 1
     assert captured.cut_note == f"cut {100 - lines} of 100 lines to stay under 300 characters"
+
+
+def _orders(rows: int) -> str:
+    body = "\n".join(f'    - row "Order {n}" [ref=r{n}]:\n      - cell "{n * 7} EUR" [ref=c{n}]' for n in range(rows))
+    return f'- heading "Orders" [level=1] [ref=h1]\n- table [ref=t1]:\n  - rowgroup [ref=g1]:\n{body}\n' + (
+        '- link "Next page" [ref=n1]\n- button "Export" [ref=x1]'
+    )
+
+
+def test_a_long_table_is_windowed_where_the_page_is_scrolled_and_its_tail_stays() -> None:
+    top = render_snapshot(_orders(500), RefMap(), max_chars=4000, position=0.0)
+    bottom = render_snapshot(_orders(500), RefMap(), max_chars=4000, position=1.0)
+    for captured in (top, bottom):
+        assert len(captured.text) <= 4000
+        parse_state(captured.text)
+        assert 'heading "Orders"' in captured.text
+        assert 'link "Next page"' in captured.text and 'button "Export"' in captured.text  # the tail stays
+    assert 'row "Order 0"' in top.text and 'row "Order 499"' not in top.text
+    assert 'row "Order 499"' in bottom.text and 'row "Order 0"' not in bottom.text
+    assert "of the 500 in a row" in top.cut_note and "(scroll down)" in top.cut_note
+    assert "(scroll up)" in bottom.cut_note and "scroll down" not in bottom.cut_note
+    next_top = next(line for line in top.text.splitlines() if "Next page" in line)
+    assert next_top == next(line for line in bottom.text.splitlines() if "Next page" in line)  # the same ids
 
 
 def test_nested_wrappers_collapse_but_named_or_clickable_ones_stay() -> None:
