@@ -83,7 +83,7 @@ def check_run_arguments(args: argparse.Namespace) -> list[Any]:
 
 
 def run_policy(args: argparse.Namespace, limiter: Any) -> Any:
-
+    """The policy ``--policy`` names, with its settings (a local model shares ``limiter``'s torch slots)."""
     if args.policy == "demonstrator":
         from dreamgym.bridge import MiniWobDemonstrator
 

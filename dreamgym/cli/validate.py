@@ -7,6 +7,12 @@ when that exists, else ``--store``. ``--model default`` without ``--store``
 validates on the offline default's held-out seeds. Retrieval never returns
 the evaluated episode, a ``--held-out`` pair, or a pair the model's metadata
 lists as held out.
+
+``--live`` validates on a live site: it first plays ``--tasks`` there with
+``--policy`` (scripted, random, a local model or a served chat model), into
+``--store`` (a new store: a record of the run, not indexed), then predicts
+every real step it played as on a stored collection, with the same figures
+and report. The tasks it plays never reach retrieval, whole.
 """
 
 from __future__ import annotations
@@ -78,6 +84,20 @@ def add_validate_command(commands: Any) -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="predictions in flight at once")
     parser.add_argument("--max-new-tokens", type=int, default=384, help="token budget of each local prediction")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.json and report.html")
+    live = parser.add_argument_group("a live site (--live)")
+    live.add_argument(
+        "--live",
+        action="store_true",
+        help="first play --tasks on the live site into --store (a new store), then validate on it",
+    )
+    live.add_argument("--policy", choices=("demonstrator", "random", "chat", "local"), default="random")
+    live.add_argument("--policy-model", default=None, help="model directory (local) or model name (chat)")
+    live.add_argument("--openai-url", default=None, help="OpenAI-compatible /v1 URL for --policy chat")
+    live.add_argument("--seeds", default="0", help="seeds of seeded tasks (MiniWoB++), e.g. '0-4'")
+    live.add_argument("--episodes", type=int, default=2, help="episodes per task (and seed)")
+    live.add_argument("--max-steps", type=int, default=6, help="step limit of a live episode")
+    live.add_argument("--real-concurrency", type=int, default=2, help="live episodes at once")
+    live.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature")
     add_config_file_option(parser)
     parser.set_defaults(run=_run_validate)  # fmt: skip
 
@@ -97,9 +117,12 @@ def _run_validate(args: argparse.Namespace) -> int:
     if args.tasks is not None:  # checked before anything is opened
         tasks, seeded = parse_tasks(args.tasks, args.site)
         named = [(task.task_id, None) for task in tasks]
-        if not seeded:  # one start per task: any other episode of it would leak its pages
+        if not seeded or args.live:  # one start per task, or played live now: no episode of it may be retrieved
             named_out = list(named)
     model_dir = experience_model_source(args, str(Path(args.model).expanduser()), "--model")
+    if args.live:
+        _check_live(args)
+        anyio.run(_play_live, args)
     if args.store is None:
         if args.model != "default":
             raise ConfigError("--store is required with a model other than 'default': the store of real steps")
@@ -170,6 +193,57 @@ async def _validate(
             judge_sampling=judge_sampling,
         )
         return await validate(model, steps, store=retrieval, config=config, ablations=variants, judge=judge)
+
+
+def _live_policy_args(args: argparse.Namespace) -> argparse.Namespace:
+    """The run arguments of the live policy (a chat policy's own settings at their defaults: --max-new-tokens
+    here is the experience model's)."""
+    return argparse.Namespace(**{**vars(args), "max_new_tokens": 512, "stop": None, "timeout": 120.0,
+                                 "server_concurrency": 8, "concurrency": args.real_concurrency})  # fmt: skip
+
+
+def _check_live(args: argparse.Namespace) -> None:
+    """What --live needs, before anything is opened.
+
+    Raises:
+        UsageError: No --tasks or --store, a store that already holds steps, or run arguments that cannot work.
+    """
+    from dreamgym.cli._run import check_run_arguments
+    from dreamgym.core.errors import UsageError
+
+    if args.tasks is None or args.store is None:
+        raise UsageError("--live plays --tasks into --store: give both (a new store)")
+    if (args.store / "data.mdb").exists():
+        raise UsageError(f"--live writes a new store of the live run; {args.store} already holds one")
+    if args.episodes < 1 or args.real_concurrency < 1:
+        raise UsageError("--episodes and --real-concurrency must be >= 1")
+    check_run_arguments(_live_policy_args(args))
+
+
+async def _play_live(args: argparse.Namespace) -> None:
+    """Play every task (and seed) ``--episodes`` times on the live site with the policy, into ``--store``."""
+    from dreamgym.cli._common import parse_seeds, webarena_sites
+    from dreamgym.cli._run import fail_if_nothing_ran, run_policy, summary
+    from dreamgym.jobs import StackSettings, mixed_groups, open_runtime
+    from dreamgym.replay import HashingEmbedder, StoreConfig
+    from dreamgym.runtime import RuntimeConfig
+
+    run = _live_policy_args(args)
+    tasks, seeded = parse_tasks(args.tasks, args.site, max_steps=args.max_steps)
+    seeds: list[int | None] = list(parse_seeds(args.seeds)) if seeded else [None]
+    settings = StackSettings(
+        store=args.store,
+        sites=tuple(webarena_sites(run, tasks)),
+        runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.real_concurrency),
+        embedder=HashingEmbedder(64),  # a record of the run, never searched here: its tasks stay out of retrieval
+        store_config=StoreConfig(auto_index=False),
+    )
+    async with open_runtime(settings, lambda limiter: run_policy(run, limiter)) as (runtime, _):
+        for task in tasks:
+            await runtime.store.put_task(task)
+        results = await runtime.run_groups(mixed_groups(tasks, seeds, size=args.episodes, real_share=1.0))
+    print(f"live: {summary(results)}")
+    fail_if_nothing_ran(results)
 
 
 def _print(report: Any) -> None:

@@ -125,6 +125,21 @@ def test_every_job_on_a_users_own_site_with_the_same_task_arguments(
     assert (validation["tasks"], validation["episodes"]) == (1, 2)
     assert validation["settings"]["exclude_task_seeds"] == [["webarena/3", None]]
 
+    live_store, live_report = tmp_path / "live-store", tmp_path / "live-validation"
+    live_argv = ("validate", "--live", "--store", str(live_store), "--model", str(model), "--tasks", eval_tasks,
+                 *site, "--policy", "random", "--episodes", "2", "--max-steps", "2", "--max-new-tokens", "16",
+                 "--out", str(live_report))  # fmt: skip
+    out = dreamgym(*live_argv).stdout  # plays task 3 on the live site, then validates on what it played
+    assert "live: 1 groups, 2 episodes" in out
+    live = json.loads((live_report / "validation.json").read_text())
+    assert (live["tasks"], live["episodes"]) == (1, 2)
+    assert live["steps"] > 0
+    assert live["settings"]["exclude_task_seeds"] == [["webarena/3", None]]  # never retrieved
+    assert "copy_top_retrieved" in live["one_step"] and "unchanged" in live["one_step"]  # both baselines
+    assert (live_report / "report.html").is_file()
+    again = dreamgym(*live_argv, check=False)
+    assert again.returncode == 2 and "already holds one" in again.stderr
+
     common = ("train", "--mode", "mixed", "--real-share", "1", "--store", str(tmp_path / "train-store"),
               "--out", str(tmp_path / "run"), "--tasks", train_tasks, *site,
               "--policy-model", str(policy), "--lora-r", "0", "--max-steps", "2")  # fmt: skip
