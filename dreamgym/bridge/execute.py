@@ -93,6 +93,10 @@ async def _on_element(action: Action, tabs: Tabs, refs: RefMap, act: Callable[[L
 
 
 _COVER = """(element) => {
+    const before = element.getBoundingClientRect();
+    const visible = before.top >= 0 && before.left >= 0 && before.bottom <= window.innerHeight
+        && before.right <= window.innerWidth;
+    if (!visible) element.scrollIntoView({ block: 'center', inline: 'center' });
     const box = element.getBoundingClientRect();
     if (box.width === 0 || box.height === 0) return null;
     const x = box.left + box.width / 2, y = box.top + box.height / 2;
@@ -103,13 +107,14 @@ _COVER = """(element) => {
     const name = (hit.getAttribute('aria-label') || hit.innerText || hit.value || '').trim().split('\\n')[0];
     return name ? `${role} "${name.slice(0, 60)}"` : role;
 }"""
-"""The element at the target's centre when it is another one (what a click there would hit), or null."""
+"""The element at the target's centre when it is another one (what a click there would hit), or null; the
+target is scrolled into view first, in the same call (Playwright's own scroll waits two animation frames for the
+element to be stable, and its click waits again)."""
 
 
 async def _click(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
     async def click(target: Locator) -> None:
-        await target.scroll_into_view_if_needed(timeout=timeout)
-        cover = await target.evaluate(_COVER)
+        cover = await target.evaluate(_COVER, timeout=timeout)
         if cover:  # a click at its centre would land on another element: fail now, naming it
             raise _Covered(f"the element is covered by {cover} at its centre; act on that, or uncover it first")
         await target.click(timeout=timeout)
