@@ -12,7 +12,8 @@ lists as held out.
 ``--policy`` (scripted, random, a local model or a served chat model), into
 ``--store`` (a new store: a record of the run, not indexed), then predicts
 every real step it played as on a stored collection, with the same figures
-and report. The tasks it plays never reach retrieval, whole.
+and report. What it plays never reaches retrieval: the (task, seed) pairs
+of seeded tasks, tasks without seeds whole.
 """
 
 from __future__ import annotations
@@ -117,8 +118,12 @@ def _run_validate(args: argparse.Namespace) -> int:
     if args.tasks is not None:  # checked before anything is opened
         tasks, seeded = parse_tasks(args.tasks, args.site)
         named = [(task.task_id, None) for task in tasks]
-        if not seeded or args.live:  # one start per task, or played live now: no episode of it may be retrieved
+        if not seeded:  # one start per task: any other episode of it would leak its pages
             named_out = list(named)
+        elif args.live:  # the (task, seed) pairs played live now are held out
+            from dreamgym.cli._common import parse_seeds
+
+            named_out = [(task.task_id, seed) for task in tasks for seed in parse_seeds(args.seeds)]
     model_dir = experience_model_source(args, str(Path(args.model).expanduser()), "--model")
     if args.live:
         _check_live(args)

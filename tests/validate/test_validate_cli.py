@@ -95,6 +95,17 @@ async def test_validate_on_miniwob_with_a_model_trained_on_it(tmp_path: Path, po
         assert await page.locator("svg").count() >= 9
     assert problems == []
 
+    live = ["validate", "--live", "--store", str(tmp_path / "live"), "--model", model, "--retrieval", train,
+            "--tasks", "click-button", "--seeds", "200-201", "--episodes", "1", "--policy", "demonstrator",
+            "--max-steps", "3", "--max-new-tokens", "48", "--out", str(tmp_path / "live-report")]  # fmt: skip
+    out = (await anyio.to_thread.run_sync(lambda: dreamgym(*live))).stdout  # MiniWoB++ live: seeds played now
+    assert "live: 2 groups, 2 episodes" in out
+    played = json.loads((tmp_path / "live-report" / "validation.json").read_text())
+    assert (played["tasks"], played["episodes"]) == (1, 2)
+    excluded = played["settings"]["exclude_task_seeds"]
+    assert ["miniwob/click-button", 200] in excluded and ["miniwob/click-button", 201] in excluded
+    assert ["miniwob/click-button", None] not in excluded  # its other seeds stay retrievable
+
 
 def test_validate_a_served_experience_model_with_its_server_settings(tmp_path: Path) -> None:
     held = held_out_store(tmp_path / "held")
