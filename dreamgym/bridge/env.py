@@ -184,7 +184,7 @@ class BrowserEnv:
         context.set_default_timeout(self.config.action_timeout_s * 1000)
         context.set_default_navigation_timeout(self.config.step_deadline_s * 1000)
         await context.route("**/*", self._route)
-        if self.config.settle_quiet_ms:
+        if self.config.settle_quiet_ms and getattr(site, "settle", True):
             await context.add_init_script(SETTLE_SCRIPT)
         context.on("page", self._watch_page)
         page = await context.new_page()
@@ -313,7 +313,7 @@ class BrowserEnv:
     async def _settle(self, episode: _Episode) -> None:
         """Wait for the page to settle before it is captured (see ``dreamgym.bridge.settle``)."""
         config = self.config
-        if not config.settle_quiet_ms or not config.settle_deadline_s:
+        if not config.settle_quiet_ms or not config.settle_deadline_s or not getattr(episode.site, "settle", True):
             return
         episode.tabs.sync()
         episode.settled = await settle(

@@ -114,10 +114,14 @@ element to be stable, and its click waits again)."""
 
 async def _click(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
     async def click(target: Locator) -> None:
-        cover = await target.evaluate(_COVER, timeout=timeout)
-        if cover:  # a click at its centre would land on another element: fail now, naming it
-            raise _Covered(f"the element is covered by {cover} at its centre; act on that, or uncover it first")
-        await target.click(timeout=timeout)
+        handle = await target.element_handle(timeout=timeout)  # found once: each locator call finds it again
+        try:
+            cover = await handle.evaluate(_COVER)
+            if cover:  # a click at its centre would land on another element: fail now, naming it
+                raise _Covered(f"the element is covered by {cover} at its centre; act on that, or uncover it first")
+            await handle.click(timeout=timeout)
+        finally:
+            await handle.dispose()
 
     try:
         return await _on_element(action, tabs, refs, click)
@@ -133,33 +137,52 @@ async def _hover(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allow
     return await _on_element(action, tabs, refs, lambda target: target.hover(timeout=timeout))
 
 
-_EDITOR = """(element) => {
-    if (element.closest('.CodeMirror, .cm-editor, .monaco-editor, .ace_editor, [data-editor]')) return true;
-    const box = element.getBoundingClientRect();
+_TYPE = """(element, text) => {
     const field = element.tagName === 'TEXTAREA' || element.tagName === 'INPUT';
-    return field && (box.width < 4 || box.height < 4);  // a hidden input a widget reads its keys from
+    if (element.closest('.CodeMirror, .cm-editor, .monaco-editor, .ace_editor, [data-editor]')) return 'editor';
+    const box = element.getBoundingClientRect();
+    if (field && (box.width < 4 || box.height < 4)) return 'editor';  // a hidden input a widget reads keys from
+    const plain = ['', 'text', 'search', 'email', 'url', 'tel', 'password'];
+    if (field ? element.tagName === 'INPUT' && !plain.includes(element.type) : !element.isContentEditable) {
+        return 'fill';  // dates, numbers, colours...: Playwright's fill knows them; or no field: it says why
+    }
+    if (element.disabled || element.readOnly || box.width === 0 || box.height === 0) return 'fill';  // it waits
+    element.focus();
+    if (field) {
+        element.select();
+    } else {
+        const range = document.createRange();
+        range.selectNodeContents(element);
+        const selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+    }
+    document.execCommand(text ? 'insertText' : 'delete', false, text);
+    const now = field ? element.value : element.innerText.trim();
+    return now === (field ? text : text.trim()) ? '' : 'fill';
 }"""
-"""Whether ``element`` is (part of) a code-editor widget rather than a plain field: such widgets keep their own
-document and read keys from a hidden input, so Playwright's ``fill`` appends to it or waits for it to show."""
+"""Type into a plain field in one call (select its content, insert the text as typing does: input events
+included), or say how else: ``'editor'`` for (part of) a code-editor widget, which keeps its own document and
+reads keys from a hidden input (``fill`` there appends to it, or waits for the input to show); ``'fill'`` for
+what Playwright's ``fill`` handles best (dates, numbers, a field not yet editable, which it waits for)."""
 
 
 async def _type(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
-    """Replace the element's content with the text: ``fill`` for inputs, textareas and contenteditable
-    elements; for a code editor, focus it, select all and insert the text, as a person would."""
+    """Replace the element's content with the text: plain fields (inputs, textareas, contenteditable) in one
+    call; code editors by focus, select-all and inserted text, as a person would; the rest by ``fill``."""
     text, enter = action.args[1], action.args[2] == "1"
+    keyboard = tabs.page.keyboard
 
     async def fill(target: Locator) -> None:
-        if await target.evaluate(_EDITOR):
-            keyboard = tabs.page.keyboard
+        how = await target.evaluate(_TYPE, text, timeout=timeout)
+        if how == "editor":
             await target.focus(timeout=timeout)
             await keyboard.press("ControlOrMeta+A")
             await (keyboard.insert_text(text) if text else keyboard.press("Delete"))
-            if enter:
-                await keyboard.press("Enter")
-            return
-        await target.fill(text, timeout=timeout)
+        elif how == "fill":
+            await target.fill(text, timeout=timeout)
         if enter:
-            await target.press("Enter", timeout=timeout)
+            await keyboard.press("Enter")  # the field has the focus either way
 
     return await _on_element(action, tabs, refs, fill)
 

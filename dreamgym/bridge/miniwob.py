@@ -187,13 +187,18 @@ class MiniWobSite:
             MiniWoB's own ``startEpisodeReal`` (about 0.1 s instead of 0.5 s for a
             new browser context). MiniWoB keeps nothing between episodes that a
             seeded reset does not rebuild; set ``False`` for a fresh context anyway.
+        settle: Wait for each page to settle before capturing it
+            (``dreamgym.bridge.settle``). Off by default: a MiniWoB++ page changes
+            inside the action's own event handlers and fetches nothing, so it is
+            settled when the action returns, and waiting would only cost time.
     """
 
     name = "miniwob"
 
-    def __init__(self, html_dir: Path | None = None, *, reuse_pages: bool = True) -> None:
+    def __init__(self, html_dir: Path | None = None, *, reuse_pages: bool = True, settle: bool = False) -> None:
         self.html_dir = html_dir or miniwob_html()
         self.reuse_pages = reuse_pages
+        self.settle = settle
         self._server: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

@@ -34,6 +34,9 @@ class Site(Protocol):
 
     name: str
     """The ``Task.benchmark`` this site runs."""
+    settle: bool
+    """Whether its pages are waited for to settle before each capture (``dreamgym.bridge.settle``): live
+    sites that build themselves after loading need it; a site may leave it out (``True`` then)."""
 
     def allowlist(self, task: Task) -> Allowlist: ...
 
@@ -119,6 +122,7 @@ class GenericSite:
     """
 
     name = "generic"
+    settle = True  # live sites build their pages after loading
 
     def __init__(self, *, judge: Judge | None = None) -> None:
         self.judge = judge

@@ -145,6 +145,7 @@ class WebArenaSite:
     """
 
     name = "webarena"
+    settle = True  # live sites build their pages after loading
 
     def __init__(
         self,
