@@ -48,8 +48,10 @@ SETTLE_SCRIPT = """
   const send = XMLHttpRequest.prototype.send;
   XMLHttpRequest.prototype.send = function (...args) {
     state.inflight++;
-    this.addEventListener("loadend", () => { state.inflight--; state.last = performance.now(); }, { once: true });
-    return send.apply(this, args);
+    let done = false;
+    const end = () => { if (!done) { done = true; state.inflight--; state.last = performance.now(); } };
+    this.addEventListener("loadend", end, { once: true });
+    try { return send.apply(this, args); } catch (error) { end(); throw error; }  // a send that throws never loads
   };
   window.__dreamgymSettle = (quietMs, deadlineMs) => new Promise((resolve) => {
     const start = performance.now();
