@@ -261,11 +261,11 @@ def _train(args: argparse.Namespace, tasks: list[Any], model: Any, tokenizer: An
         groups_per_update=args.groups_per_update, learning_rate=args.lr, lora=None, eval_every=args.eval_every,
         resample_flat=args.resample_flat, seed=args.seed, report_to=(),
     )  # fmt: skip
-    sides = StackSettings(store=root / "store", eval_store=root / "eval-store",
+    stack = StackSettings(store=root / "store", eval_store=root / "eval-store",
                           runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts))  # fmt: skip
     trainer = Trainer(
         config, policy=_policy(model, tokenizer, args, temperature=args.temperature), tasks=tasks,
-        open_sides=stack_sides(sides), train_seeds=_seeds(args.train_seeds),
+        open_sides=stack_sides(stack), train_seeds=_seeds(args.train_seeds),
         eval_seeds=_seeds(args.held_out_seeds), eval_temperature=args.eval_temperature,
     )  # fmt: skip
     result = trainer.train(resume=False)

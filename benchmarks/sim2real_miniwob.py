@@ -222,14 +222,14 @@ def _run(args: argparse.Namespace, *, arm: str, seed: int) -> dict[str, Any]:
         name="tiny-index",
         config=LocalPolicyConfig(mode="index", temperature=args.temperature, seed=seed, list_actions=False),
     )
-    sides = StackSettings(
+    stack = StackSettings(
         store=root / "store",
         eval_store=root / "eval-store",
         sim_model=args.out / "sim-model",
         exclude_task_seeds=held,
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.contexts),
     )
-    trainer = Trainer(config, policy=policy, tasks=tasks, open_sides=stack_sides(sides),
+    trainer = Trainer(config, policy=policy, tasks=tasks, open_sides=stack_sides(stack),
                       train_seeds=lc._seeds(args.train_seeds), eval_seeds=lc._seeds(args.held_out_seeds),
                       eval_temperature=0.0)  # fmt: skip
     result = trainer.train(resume=False)

@@ -169,7 +169,7 @@ def _run_train(args: argparse.Namespace) -> int:
     if config.sim_refit_every and isinstance(sim_model, Path):
         base, refits = sim_model, config.output_dir / "sim-refits"
         refit = lambda limiter: sft_refit(refits, base=base, exclude_task_seeds=held, limiter=limiter)  # noqa: E731
-    sides = StackSettings(
+    stack = StackSettings(
         store=args.store,
         eval_store=args.eval_store or config.output_dir / "eval-store",
         sim_model=sim_model,
@@ -183,7 +183,7 @@ def _run_train(args: argparse.Namespace) -> int:
         config,
         policy=policy,
         tasks=tasks,
-        open_sides=stack_sides(sides),
+        open_sides=stack_sides(stack),
         train_seeds=train_seeds,
         eval_tasks=eval_tasks,
         eval_seeds=eval_seeds,

@@ -463,7 +463,7 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
         seed=settings.seed,
         report_to=(),
     )
-    sides = StackSettings(
+    stack = StackSettings(
         store=settings.store_dir,
         eval_store=out / "eval-store",
         sim_model=sim_dir,
@@ -476,7 +476,7 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
         config,
         policy=policy,
         tasks=_tasks(settings),
-        open_sides=stack_sides(sides),
+        open_sides=stack_sides(stack),
         train_seeds=settings.train_seeds,
     )
     result = trainer.train(resume=False)

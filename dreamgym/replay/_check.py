@@ -129,9 +129,11 @@ class _Walk:
         if self.shown[kind] <= _SHOWN:
             self.report.problems.append(text)
 
-    def entries(self, db: str) -> Iterator[tuple[bytes, bytes]]:
+    def entries(self, db: str, *, values: bool = True) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) of ``db``, in a read transaction of its own (LMDB invalidates a transaction
-        that met a damaged page); LMDB's own damage becomes a problem and ends the database."""
+        that met a damaged page); LMDB's own damage becomes a problem and ends the database. Without
+        ``values`` only the keys are read (every branch and leaf page, no overflow page) and each value is
+        ``b""``."""
         import lmdb
 
         count = 0
@@ -139,7 +141,9 @@ class _Walk:
             if not self.env._has_db(db):
                 return
             with self.env.env.begin(buffers=False) as txn:
-                for key, value in txn.cursor(db=self.env.db(db)):
+                cursor = txn.cursor(db=self.env.db(db))
+                rows = iter(cursor) if values else ((key, b"") for key in cursor.iternext(keys=True, values=False))
+                for key, value in rows:
                     count += 1
                     yield bytes(key), bytes(value)
         except lmdb.Error as exc:
@@ -179,23 +183,11 @@ class _Walk:
 
     def pages(self) -> None:
         """Every database's keys end to end, values left unread; then the step count against the counters."""
-        import lmdb
-
         from dreamgym.replay._lmdb import DATABASES
 
         for db in DATABASES:
-            count = 0
-            try:
-                if not self.env._has_db(db):
-                    continue
-                with self.env.env.begin(buffers=True) as txn:
-                    for _ in txn.cursor(db=self.env.db(db)).iternext(keys=True, values=False):
-                        count += 1
-            except lmdb.Error as exc:
-                self.unreadable.add(db)
-                self.problem(f"lmdb:{db}", f"{db}: LMDB cannot read past entry {count}: {exc}")
-            finally:
-                self.report.records[db] = count
+            for _ in self.entries(db, values=False):
+                pass
         if {"steps", "meta"} & self.unreadable:
             return
         with self.env.env.begin(buffers=False) as txn:

@@ -157,9 +157,9 @@ class Runtime:
         )
         self._task_group: TaskGroup | None = None
         self._lost_steps = 0
+        """Steps the writer never took (it stalled past ``drain_timeout_s``, or was gone)."""
         self._runs: set[anyio.CancelScope] = set()
         """The cancel scopes of the run_groups calls in progress."""
-        """Steps the writer never took (it stalled past ``drain_timeout_s``, or was gone)."""
         self._group_index = 0
         self._stored_tasks: set[str] = set()
 

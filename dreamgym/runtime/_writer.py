@@ -120,12 +120,12 @@ class StoreWriter:
                 await self.store.append(item.steps, episodes=item.episodes)  # together or not at all
                 self.committed_steps += len(item.steps)
         except DreamgymError as exc:  # our own errors are one line that says what to do: no traceback
-            self._refused(item, str(exc))
+            self._refused(str(exc))
             log.error("the store refused %d steps and %d episodes: %s", len(item.steps), len(item.episodes), exc)
         except Exception as exc:
-            self._refused(item, f"{type(exc).__name__}: {exc}")
+            self._refused(f"{type(exc).__name__}: {exc}")
             log.exception("the store refused %d steps and %d episodes", len(item.steps), len(item.episodes))
 
-    def _refused(self, item: Commit, why: str) -> None:
+    def _refused(self, why: str) -> None:
         self.failures += 1
         self.first_error = self.first_error or why
