@@ -11,6 +11,9 @@
 #   5. Chromium: one on PATH, else `playwright install chromium`, else the
 #      distribution's package when running as root
 #   6. the one-time model caches (python -m dreamgym.offline)
+#   7. test fixtures: the wheel of datasette 1.0a19, downloaded, not installed,
+#      for the CodeMirror 6 editor it bundles (tests/bridge/test_editable.py
+#      reads that one file from the wheel; the npm registry is not reachable here)
 # Each step prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,8 +86,20 @@ install_chromium() {
   return 1
 }
 
+FIXTURES=.cache/fixtures
+CODEMIRROR6_WHEEL=datasette==1.0a19
+
+fetch_fixtures() {
+  if compgen -G "$FIXTURES/datasette-1.0a19-*.whl" >/dev/null; then
+    return
+  fi
+  mkdir -p "$FIXTURES"
+  "${PIP[@]}" download --no-deps --dest "$FIXTURES" "$CODEMIRROR6_WHEEL"
+}
+
 timed "virtualenv ($VENV)" make_venv
 timed "torch==2.13.0" install_torch
 timed "dreamgym and its dependencies" install_package
 timed "chromium" install_chromium
 timed "model caches" "$VENV/bin/python" -m dreamgym.offline
+timed "test fixtures ($FIXTURES)" fetch_fixtures

@@ -1,7 +1,7 @@
 """``type`` replaces what any editable element holds: an input, a textarea, a contenteditable element, a real
-code editor (CodeMirror 5, from the copy Playwright ships with its trace viewer: offline, found at run time), and a
-widget that keeps its own document and reads keys from a 1-pixel input, as Monaco and CodeMirror 6 do (on it,
-Playwright's ``fill`` appends, or waits for the input to become visible)."""
+code editor (CodeMirror 5, from the copy Playwright ships with its trace viewer: offline, found at run time;
+CodeMirror 6, as Datasette bundles it), and a widget that keeps its own document and reads keys from a 1-pixel
+input, as Monaco does (on it, Playwright's ``fill`` appends, or waits for the input to become visible)."""
 
 from __future__ import annotations
 
@@ -113,4 +113,65 @@ async def test_type_replaces_the_content_of_every_kind_of_editable_element(
     run = element(first, r'button "Run"')
     done = await env.step(parse_action(f"click [{run}]"))
     assert "Ana | two words | bold move | SELECT 1; | SELECT 2;" in done.observation.state
+    await env.aclose()
+
+
+CM6_PAGE = """<!doctype html><title>SQL</title>
+<form onsubmit="return false">
+<textarea id="sql-editor" name="sql">select name from customers order by name</textarea></form>
+<button id="run">Run</button>
+<pre id="out"></pre>
+<script src="cm-editor-6.0.1.bundle.js"></script>
+<script>
+const editor = cm.editorFromTextArea(document.getElementById("sql-editor"), {});
+document.getElementById("run").onclick = () => {
+  document.getElementById("out").textContent = "ran: " + editor.state.doc.toString();
+};
+</script>"""
+"""Datasette's SQL page, cut to its editor: CodeMirror 6 made from a textarea, as Datasette makes it."""
+
+
+def _codemirror6_bundle() -> bytes:
+    """CodeMirror 6 as Datasette 1.0a19 bundles it (``@codemirror/*`` 6.x in one script), read from the wheel
+    that ``make setup`` downloads into ``.cache/fixtures``."""
+    import zipfile
+
+    wheels = sorted((Path(__file__).parents[2] / ".cache" / "fixtures").glob("datasette-1.0a19-*.whl"))
+    assert wheels, "no datasette wheel in .cache/fixtures: run `make setup` (it downloads the test fixtures)"
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        return wheel.read("datasette/static/cm-editor-6.0.1.bundle.js")
+
+
+@pytest.fixture(scope="module")
+def codemirror6_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("codemirror6")
+    (root / "cm-editor-6.0.1.bundle.js").write_bytes(_codemirror6_bundle())
+    (root / "index.html").write_text(CM6_PAGE)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_type_replaces_a_codemirror_6_documents_content_and_click_reaches_it(
+    pool: BrowserPool, codemirror6_site: str
+) -> None:
+    env = BrowserEnv(pool)
+    first = await env.reset(generic_task("test/sql", f"{codemirror6_site}/index.html", "Run a query"), seed=0)
+    assert "select name from customers" in first.state, first.state  # the editor rendered its document
+    code = element(first, r"textbox")
+    clicked = await env.step(parse_action(f"click [{code}]"))
+    assert clicked.observation.last_action_error == ""
+    typed = await env.step(parse_action(f"type [{code}] [select count(*) from orders] [0]"))
+    assert typed.observation.last_action_error == ""
+    assert "customers" not in typed.observation.state, typed.observation.state
+    again = await env.step(parse_action(f"type [{code}] [select 1] [0]"))  # replaces, a second time too
+    assert again.observation.last_action_error == ""
+    run = element(first, r'button "Run"')
+    done = await env.step(parse_action(f"click [{run}]"))
+    assert "ran: select 1" in done.observation.state, done.observation.state
+    assert "orders" not in done.observation.state
     await env.aclose()
