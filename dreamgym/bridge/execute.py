@@ -92,34 +92,45 @@ async def _on_element(action: Action, tabs: Tabs, refs: RefMap, act: Callable[[L
     return ""
 
 
-_COVER = """(element) => {
+_AIM = """(element) => {
     const before = element.getBoundingClientRect();
     const visible = before.top >= 0 && before.left >= 0 && before.bottom <= window.innerHeight
         && before.right <= window.innerWidth;
-    if (!visible) element.scrollIntoView({ block: 'center', inline: 'center' });
+    if (!visible) element.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
     const box = element.getBoundingClientRect();
     if (box.width === 0 || box.height === 0) return null;
     const x = box.left + box.width / 2, y = box.top + box.height / 2;
     const hit = element.ownerDocument.elementFromPoint(x, y);
-    if (!hit || hit === element || element.contains(hit) || hit.contains(element)) return null;
-    if (element.labels && Array.from(element.labels).some((label) => label.contains(hit))) return null;
-    const role = hit.getAttribute('role') || hit.tagName.toLowerCase();
-    const name = (hit.getAttribute('aria-label') || hit.innerText || hit.value || '').trim().split('\\n')[0];
-    return name ? `${role} "${name.slice(0, 60)}"` : role;
+    const ours = hit && (hit === element || element.contains(hit) || hit.contains(element)
+        || (element.labels && Array.from(element.labels).some((label) => label.contains(hit))));
+    if (!ours) {
+        if (!hit) return null;
+        const role = hit.getAttribute('role') || hit.tagName.toLowerCase();
+        const name = (hit.getAttribute('aria-label') || hit.innerText || hit.value || '').trim().split('\\n')[0];
+        return name ? `${role} "${name.slice(0, 60)}"` : role;
+    }
+    const direct = window.top === window && element.tagName !== 'OPTION' && !element.disabled
+        && !element.closest('[disabled], [aria-disabled="true"]');
+    return direct ? [x, y] : null;
 }"""
-"""The element at the target's centre when it is another one (what a click there would hit), or null; the
-target is scrolled into view first, in the same call (Playwright's own scroll waits two animation frames for the
-element to be stable, and its click waits again)."""
+"""Where a click on the element would land, in one call: scroll it into view first (at once: Playwright's own
+scroll waits two animation frames for the element to be stable, and its click waits again), then look at what its
+centre hits. A string names another element that covers it there; ``[x, y]`` is a point in the page, its own, to
+click with the mouse straight away; null leaves the click to Playwright (an element in a frame, a disabled one it
+should wait for, an option, one with no box), which waits and says why when it cannot."""
 
 
 async def _click(action: Action, tabs: Tabs, refs: RefMap, timeout: float, allowed: Allowlist) -> str:
     async def click(target: Locator) -> None:
         handle = await target.element_handle(timeout=timeout)  # found once: each locator call finds it again
         try:
-            cover = await handle.evaluate(_COVER)
-            if cover:  # a click at its centre would land on another element: fail now, naming it
-                raise _Covered(f"the element is covered by {cover} at its centre; act on that, or uncover it first")
-            await handle.click(timeout=timeout)
+            aim = await handle.evaluate(_AIM)
+            if isinstance(aim, str):  # a click at its centre would land on another element: fail now, naming it
+                raise _Covered(f"the element is covered by {aim} at its centre; act on that, or uncover it first")
+            if aim is None:
+                await handle.click(timeout=timeout)
+            else:
+                await tabs.page.mouse.click(aim[0], aim[1])
         finally:
             await handle.dispose()
 
