@@ -8,8 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 setup:
 	bash scripts/setup.sh
 
-demo: setup  ## set everything up, build the offline experience model once, run the main job (offline, no GPU)
-	$(VENV)/bin/python -m dreamgym.jobs.sim_default
+demo: setup  ## set everything up and run the main job (offline, no keys, no GPU)
 	$(VENV)/bin/dreamgym demo
 
 test: setup  ## set everything up and run every test, the slow end-to-end ones included

@@ -11,7 +11,7 @@ from helpers import dreamgym
 from tiny_models import TASK
 
 from dreamgym.core import ConfigError
-from dreamgym.jobs.demo import DemoSettings
+from dreamgym.jobs.demo import PHASES, DemoSettings
 from dreamgym.replay import LmdbReplayStore
 
 
@@ -23,22 +23,29 @@ async def stored_seeds(path: Path) -> set[int | None]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path, tiny_models: tuple[Path, Path]) -> None:
-    policy, sim = tiny_models
+def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     result = dreamgym(
-        "demo", "--out", str(out), "--policy-model", str(policy), "--sim-model", str(sim), "--tasks", TASK,
+        "demo", "--out", str(out), "--tasks", TASK, "--sim-epochs", "1", "--warm-epochs", "1",
         "--train-seeds", "0-1", "--held-out-seeds", "1000-1001", "--group-size", "2", "--rollout-groups", "2",
         "--real-share", "0.5", "--max-steps", "3", "--embedder", "hashing-64", "--train-updates", "2",
+        "--train-groups-per-update", "2",
     )  # fmt: skip
     assert "success before training" in result.stdout and "simulator reward accuracy" in result.stdout
+    assert "did it learn?" in result.stdout
+    # each phase ends in one summary line on stderr: the demo-size experience model, the policy's GRPO updates
+    assert "✓ train the experience model" in result.stderr and "✓ train the policy (mixed, GRPO): 2 updates" in (
+        result.stderr
+    )
 
     report = json.loads((out / "report.json").read_text())
     assert "success before training" in (out / "report.md").read_text()
     training = report["training"]
     assert training["status"] == "trained", training
     metrics = training["metrics"]
-    assert metrics["train/updates"] == 2 and metrics["train/real_groups"] == metrics["train/synthetic_groups"] == 2
+    # 2 updates of 2 groups, half real; a group whose episodes all scored alike is played again (resample_flat)
+    assert metrics["train/updates"] == 2
+    assert metrics["train/real_groups"] >= 2 and metrics["train/synthetic_groups"] >= 2
     assert metrics["train/real_steps"] > 0 and metrics["train/synthetic_steps"] > 0
     assert report["real_steps"] == (
         report["seed_set"]["steps"] + report["rollouts"]["real_steps"] + metrics["train/real_steps"]
@@ -57,8 +64,11 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path, tiny_mo
     shadow = report["shadow"]
     assert shadow["n"] == report["rollouts"]["real_steps"]  # every real rollout step was shadowed
     assert 0 <= shadow["reward_correct"] <= shadow["n"] and shadow["unusable"] <= shadow["n"]
-    assert set(report["phases_s"]) >= {"1 collect", "2 ground", "3 evaluate before", "3 simulator on held-out steps",
-                                       "4 rollouts", "5 train", "6 evaluate after"}  # fmt: skip
+    assert list(report["phases_s"]) == list(PHASES)  # no model given: the demo trains its demo-size one
+    assert report["models"]["experience_model_kind"] == "demo-size"
+    assert (out / "experience-model" / "config.json").exists() and (out / "policy" / "config.json").exists()
+    warm = report["warm_start"]
+    assert warm["base"] == "tiny index policy" and warm["episodes"] == 2 and warm["examples"] > 0
 
     # Held-out pages stay in evaluation's own store, out of the simulator's reach.
     assert anyio.run(stored_seeds, out / "store") == {0, 1}
@@ -67,10 +77,11 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path, tiny_mo
 
 def test_missing_default_experience_model_names_the_command_that_builds_it(tmp_path: Path) -> None:
     result = dreamgym(
-        "demo", "--out", str(tmp_path / "demo"), check=False, env={"DREAMGYM_CACHE": str(tmp_path / "cache")}
-    )
+        "demo", "--out", str(tmp_path / "demo"), "--sim-model", "default",
+        check=False, env={"DREAMGYM_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
     assert result.returncode == 1
-    assert "make sim-default" in result.stderr and "python -m dreamgym.jobs.sim_default" in result.stderr
+    assert "dreamgym sim build-default" in result.stderr and "python -m dreamgym.jobs.sim_default" in result.stderr
     assert not (tmp_path / "demo").exists()  # it failed before collecting anything
 
 
@@ -87,6 +98,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
     from dreamgym.cli import _parser
     from dreamgym.cli.demo import demo_settings
     from dreamgym.jobs.demo import DemoSettings
+    from dreamgym.jobs.sim_default import default_model_dir
 
     argv = {
         "tasks": (("--tasks", "miniwob:click-button,enter-text"), ("click-button", "enter-text")),
@@ -101,7 +113,9 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "temperature": (("--temperature", "0.7"), 0.7),
         "eval_temperature": (("--eval-temperature", "0.1"), 0.1),
         "policy_model": (("--policy-model", str(tmp_path / "p")), tmp_path / "p"),
+        "warm_epochs": (("--warm-epochs", "0.5"), 0.5),
         "sim_model": (("--sim-model", str(tmp_path / "s")), tmp_path / "s"),
+        "sim_epochs": (("--sim-epochs", "2.5"), 2.5),
         "out": (("--out", str(tmp_path / "o")), tmp_path / "o"),
         "train_updates": (("--train-updates", "0"), 0),
         "train_groups_per_update": (("--train-groups-per-update", "3"), 3),
@@ -115,4 +129,6 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
     for name, (_, expected) in argv.items():
         assert getattr(settings, name) == expected, name
     assert settings.embedder is not None and settings.embedder.dim == 32
-    assert demo_settings(_parser(["demo"]).parse_args(["demo", "--sim-model", "default"])).sim_model is None
+    default = demo_settings(_parser(["demo"]).parse_args(["demo", "--sim-model", "default"])).sim_model
+    assert default == default_model_dir()
+    assert demo_settings(_parser(["demo"]).parse_args(["demo"])).sim_model is None  # a demo-size model

@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -27,13 +28,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dreamgym: error: {exc}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
+    console = _setup_logging(args.verbose)
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
 
+    from dreamgym.cli._progress import BarListener
+    from dreamgym.core.progress import listening
+
     try:
-        return int(args.run(args) or 0)
+        with BarListener(console) as bars, listening(bars):
+            return int(args.run(args) or 0)
     except UsageError as exc:
         print(f"dreamgym: error: {exc}", file=sys.stderr)
         return 2
@@ -91,15 +96,18 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(verbose: bool) -> None:
+def _setup_logging(verbose: bool) -> Any:
+    """Log to a rich console on stderr (a command's stdout carries only its result: JSON with --json); the
+    progress bars draw on the same console, below the log lines. Returns the console."""
     from rich.console import Console
     from rich.logging import RichHandler
 
+    console = Console(stderr=True)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(message)s",
-        # logs go to stderr: a command's stdout carries only its result (JSON with --json)
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)],
+        handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=False)],
     )
     for noisy in ("httpx", "filelock", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    return console

@@ -137,35 +137,19 @@ def run_groups(args: argparse.Namespace, *, real_share: float, shadow: bool = Fa
     return mixed_groups(tasks, seeds, size=args.group_size, real_share=real_share, shadow=shadow)
 
 
-async def drive(runtime: Any, groups: Sequence[Any]) -> list[Any]:
-    """Run the groups while a rich panel shows the runtime's counters."""
-    import anyio
-    from rich.live import Live
+async def drive(runtime: Any, groups: Sequence[Any], *, label: str) -> list[Any]:
+    """Run the groups under a progress bar named ``label`` (episodes done, solved, time left), then print the
+    runtime's counters as a table."""
+    from rich.console import Console
     from rich.table import Table
 
-    def panel() -> Table:
-        snap = runtime.stats.snapshot()
-        table = Table(title="dreamgym runtime", show_header=False)
-        for key, value in snap.as_metrics().items():
-            table.add_row(key, f"{value:.2f}" if isinstance(value, float) else str(value))
-        return table
-
-    results: list[Any] = []
-    with Live(panel(), refresh_per_second=2, transient=False) as live:
-        async with anyio.create_task_group() as group:
-
-            async def refresh() -> None:
-                while True:
-                    live.update(panel())
-                    await anyio.sleep(0.5)
-
-            group.start_soon(refresh)
-            for task in {g.task.task_id: g.task for g in groups}.values():
-                await runtime.store.put_task(task)
-            results = await runtime.run_groups(groups)
-            group.cancel_scope.cancel()
-        live.update(panel())
-    live.console.print()
+    for task in {g.task.task_id: g.task for g in groups}.values():
+        await runtime.store.put_task(task)
+    results: list[Any] = await runtime.run_groups(groups, label=label)
+    table = Table(title="dreamgym runtime", show_header=False)
+    for key, value in runtime.stats.snapshot().as_metrics().items():
+        table.add_row(key, f"{value:.2f}" if isinstance(value, float) else str(value))
+    Console(stderr=True).print(table)
     return results
 
 

@@ -46,7 +46,7 @@ def _run_collect(args: argparse.Namespace) -> int:
             done = 0
             if not args.again:
                 groups, done = await collected(runtime.store, groups, runtime.policy.policy_id)
-            return (await drive(runtime, groups) if groups else []), done
+            return (await drive(runtime, groups, label="collect") if groups else []), done
 
     results, done = anyio.run(go)
     print(summary(results) + (f"; skipped {done} groups the store already holds (--again runs them)" if done else ""))

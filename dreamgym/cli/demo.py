@@ -27,7 +27,8 @@ def _demo_arguments(demo: argparse.ArgumentParser) -> None:
 
     helps = {
         "tasks": "comma-separated MiniWoB++ tasks with a scripted demonstrator (miniwob: prefix optional)",
-        "sim_model": "the experience model's directory; 'default' (or unset): the offline default (make sim-default)",
+        "sim_model": "an experience model's directory, or 'default': the offline default (dreamgym sim "
+        "build-default); unset: a demo-size model trained on the seed set",
     }
     add_config_flags(demo, DemoSettings, skip=("embedder",), helps=helps)
     demo.add_argument("--embedder", default=None, help="embedder of the demo's store (default: MiniLM)")
@@ -47,7 +48,9 @@ def demo_settings(args: argparse.Namespace) -> Any:
     if "tasks" in chosen:
         chosen["tasks"] = tuple(name.removeprefix("miniwob:").removeprefix("miniwob/") for name in chosen["tasks"])
     if chosen.get("sim_model") == Path("default"):
-        chosen["sim_model"] = None
+        from dreamgym.jobs.sim_default import default_model_dir
+
+        chosen["sim_model"] = default_model_dir()
     return build_config(DemoSettings, chosen, {"embedder": embedder_named(args.embedder)}, where="demo")
 
 

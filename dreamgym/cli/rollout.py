@@ -43,7 +43,9 @@ def _run_rollout(args: argparse.Namespace) -> int:
 
     async def go() -> list[Any]:
         async with open_run(args, sites, simulator=True) as (runtime, _):
-            return await drive(runtime, run_groups(args, real_share=args.real_share, shadow=args.shadow))
+            return await drive(
+                runtime, run_groups(args, real_share=args.real_share, shadow=args.shadow), label="rollout"
+            )
 
     results = anyio.run(go)
     print(summary(results))

@@ -118,6 +118,8 @@ class DemoReport:
     """The policy's and the experience model's ids."""
     seed_set: Mapping[str, int]
     """The collected real seed set: ``steps``, ``episodes``, ``successes``, ``vectors`` (steps embedded)."""
+    warm_start: Mapping[str, Any]
+    """The policy's base and its behaviour cloning before RL (episodes, examples, updates, losses)."""
     before: EvalResult
     rollouts: RolloutFigures
     shadow: ShadowScore
@@ -143,6 +145,19 @@ class DemoReport:
         """Synthetic steps: the rollouts' and training's."""
         return self.rollouts.synthetic_steps + self.training_steps("synthetic")
 
+    @property
+    def verdict(self) -> str:
+        """Whether the 95% interval of held-out success after training clears the one before, in words."""
+        from dreamgym.trainer import wilson_interval
+
+        before = wilson_interval(self.before.successes, self.before.episodes)
+        after = wilson_interval(self.after.successes, self.after.episodes)
+        if after[0] > before[1]:
+            return "learnt: the 95% interval after training lies wholly above the one before"
+        if after[1] < before[0]:
+            return "worse: the 95% interval after training lies wholly below the one before"
+        return "not shown: the 95% intervals before and after training overlap"
+
     def training_steps(self, source: str) -> int:
         return int(self.training.get("metrics", {}).get(f"train/{source}_steps", 0))
 
@@ -153,7 +168,9 @@ class DemoReport:
             "real_steps": self.real_steps,
             "synthetic_steps": self.synthetic_steps,
             "seed_set": dict(self.seed_set),
+            "warm_start": dict(self.warm_start),
             "before": self.before.as_dict(),
+            "verdict": self.verdict,
             "rollouts": dataclasses.asdict(self.rollouts),
             "shadow": self.shadow.as_dict(),
             "simulator_held_out": self.held_out.as_dict(),
@@ -239,8 +256,10 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
         ("synthetic steps", str(report.synthetic_steps),
          f"rollouts {roll.synthetic_steps} ({roll.synthetic_episodes} episodes in {roll.synthetic_groups} groups) "
          f"+ training {report.training_steps('synthetic')}"),
+        ("policy warm start", _warm_value(report.warm_start), _warm_note(report.warm_start)),
         ("success before training", *_rate(report.before.successes, report.before.episodes)),
         ("success after training", *_rate(report.after.successes, report.after.episodes)),
+        ("did it learn?", report.verdict.split(":")[0], report.verdict.split(": ", 1)[-1]),
         ("simulator reward accuracy (held-out real steps)", *_rate(held.reward_correct, held.n)),
         ("  always-0 reward on the same steps", *_rate(held.zero_reward_correct, held.n)),
         ("  majority class on the same steps", *_rate(held.majority_reward_correct, held.n)),
@@ -258,11 +277,23 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _warm_value(warm: Mapping[str, Any]) -> str:
+    return f"{warm['examples']} examples" if "examples" in warm else "none"
+
+
+def _warm_note(warm: Mapping[str, Any]) -> str:
+    if "examples" not in warm:
+        return f"{warm.get('base', '')}, no behaviour cloning"
+    loss = f"loss {warm['first_loss']:.2f} → {warm['last_loss']:.2f}"
+    return (f"{warm['base']}: {warm['epochs']:g} epochs of behaviour cloning on {warm['episodes']} demonstrator "
+            f"episodes ({warm['updates']} updates, {loss})")  # fmt: skip
+
+
 def _training_note(training: Mapping[str, Any]) -> str:
     if training["status"] != "trained":
         return str(training.get("reason", ""))
     m = training["metrics"]
-    note = (f"{m['train/updates']:.0f} GRPO updates (LoRA), {m['train/real_groups']:.0f} real + "
+    note = (f"{m['train/updates']:.0f} GRPO updates, {m['train/real_groups']:.0f} real + "
             f"{m['train/synthetic_groups']:.0f} synthetic groups, {m['train/dropped_groups']:.0f} dropped")  # fmt: skip
     return note + (f", last loss {m['train/last_loss']:.4f}" if "train/last_loss" in m else "")
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from dreamgym.core.errors import ConfigError
+from dreamgym.core.progress import progress
 from dreamgym.core.protocols import Embedder  # at run time: the command line reads DemoSettings' field types
 from dreamgym.jobs._demo_report import (
     DemoReport,
@@ -51,11 +52,12 @@ from dreamgym.jobs._demo_report import (
     summary_table,
     write_report,
 )
+from dreamgym.simulator import ScratchModelConfig, SimTrainConfig
 
 if TYPE_CHECKING:
     from dreamgym.agents import LocalPolicy
     from dreamgym.core.protocols import ReplayStore
-    from dreamgym.core.types import Task
+    from dreamgym.core.types import Step, Task
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.trainer import EvalResult
@@ -78,9 +80,14 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEMO_TASKS = ("click-button", "click-checkboxes", "enter-text", "focus-text")
-"""Short MiniWoB++ tasks with a scripted demonstrator, on which SmolLM2-135M is neither hopeless nor perfect."""
+DEMO_TASKS = ("click-checkboxes", "click-option", "login-user", "enter-password")
+"""MiniWoB++ tasks with a scripted demonstrator on which a warm-started tiny policy is neither hopeless nor
+perfect and has a decision left to learn (which named choice comes when, which text goes where): those of
+``benchmarks/results/learning_curve.json``."""
 TRAINING_SKIPPED = "train_updates is 0"
+PHASES = ("1 collect", "2 train experience model", "2 ground", "3 policy", "4 evaluate before",
+          "4 simulator on held-out steps", "5 rollouts", "6 train", "7 evaluate after")  # fmt: skip
+"""The demo's phases, in order (the experience model is trained only when none is given)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,40 +100,50 @@ class DemoSettings:
 
     tasks: tuple[str, ...] = DEMO_TASKS
     """MiniWoB++ task names; each needs a scripted demonstrator (``dreamgym.bridge.DEMONSTRATORS``)."""
-    train_seeds: tuple[int, ...] = (0, 1, 2)
+    train_seeds: tuple[int, ...] = tuple(range(40))
     """Seeds of the real seed set and of the rollouts."""
-    held_out_seeds: tuple[int, ...] = (1000, 1001, 1002)
+    held_out_seeds: tuple[int, ...] = tuple(range(1000, 1010))
     """Seeds evaluated before and after training: never collected, rolled out or retrieved.
     The defaults are among the offline default model's held-out seeds too."""
     explorers: int = 1
     """Random-explorer episodes per (task, training seed) in the seed set, beside one demonstrator episode."""
-    group_size: int = 4
+    group_size: int = 8
     """Episodes per rollout group (GRPO's G)."""
-    rollout_groups: int = 8
-    """Rollout groups in phase 4, cycling through (task, training seed)."""
-    real_share: float = 0.25
-    """Share of rollout groups run on real pages (shadowed by the simulator); the rest are synthetic."""
-    max_steps: int = 5
+    rollout_groups: int = 4
+    """Rollout groups in phase 5, cycling through (task, training seed)."""
+    real_share: float = 0.5
+    """Share of rollout and training groups run on real pages (shadowed by the simulator); the rest are
+    synthetic."""
+    max_steps: int = 6
     """Step limit of every episode."""
     real_concurrency: int = 2
     """Real episodes (browser contexts) at once."""
-    temperature: float = 1.0
-    """The policy's sampling temperature in rollouts (above 0, so a group's episodes differ)."""
+    temperature: float = 0.5
+    """The policy's sampling temperature in rollouts and training (above 0, so a group's episodes differ; at 1
+    the sampled policy learnt while its greedy readout did not follow)."""
     eval_temperature: float = 0.0
     """The policy's temperature in evaluation: 0 takes its best action, so before and after
     differ only by training (and by pages that are not deterministic)."""
     policy_model: Path | None = None
-    """The policy's model directory; ``None``: SmolLM2-135M-Instruct as setup converted it."""
+    """A transformers causal LM directory to start the policy from (given label tokens if it has none);
+    ``None``: a tiny index policy (:func:`dreamgym.trainer.tiny_index_policy`) built on the seed set's pages."""
+    warm_epochs: float = 3.0
+    """Epochs of behaviour cloning on the seed set's demonstrator episodes before the first evaluation
+    (0 skips the warm start)."""
     sim_model: Path | None = None
-    """The experience model's directory; ``None``: the offline default (``make sim-default``)."""
+    """An experience model's directory (the offline default: ``dreamgym sim build-default``); ``None``: a
+    demo-size model trained in phase 2 on the seed set (:data:`DEMO_SIM_SIZE`, ``sim_epochs``)."""
+    sim_epochs: float = 3.0
+    """Epochs of the demo-size experience model over the seed set's examples (about 48 s an epoch on the
+    default seed set's ~1,000 examples on 2 cores; unused with ``sim_model``)."""
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
-    train_updates: int = 3
-    """GRPO updates in phase 5 (0 skips training): a brief run, to show the loop end to end."""
-    train_groups_per_update: int = 2
+    train_updates: int = 6
+    """GRPO updates in phase 6 (0 skips training; about 40 s each at the defaults on 2 cores)."""
+    train_groups_per_update: int = 4
     """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
-    learning_rate: float = 1e-4
-    """Of the LoRA adapters."""
+    learning_rate: float = 5e-4
+    """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""
     seed: int = 0
     """Seeds the policy's sampling and which rollout groups are real."""
     embedder: Embedder | None = field(default=None, compare=False)
@@ -150,6 +167,8 @@ class DemoSettings:
                 raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
         if self.group_size < 1 or self.rollout_groups < 1:
             raise ConfigError("DemoSettings.group_size and rollout_groups must be >= 1")
+        if self.sim_epochs <= 0 or self.warm_epochs < 0:
+            raise ConfigError("DemoSettings.sim_epochs must be > 0 and warm_epochs >= 0")
         if self.train_updates < 0 or self.train_groups_per_update < 1 or self.learning_rate <= 0:
             raise ConfigError(
                 "DemoSettings.train_updates must be >= 0, train_groups_per_update >= 1, learning_rate > 0"
@@ -230,8 +249,8 @@ def run_demo(settings: DemoSettings) -> DemoReport:
     Raises:
         ConfigError: A model directory is missing (the message names the command that builds it).
     """
-    sim_dir = experience_model_dir(settings)
-    policy_dir = policy_model_dir(settings)
+    given_sim = experience_model_dir(settings)
+    given_policy = policy_model_dir(settings)
     for path in (settings.store_dir, settings.eval_store_dir):
         shutil.rmtree(path, ignore_errors=True)  # each run starts from empty stores
     phases: dict[str, float] = {}
@@ -244,21 +263,36 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         log.info("demo: %s done in %.1f s", name, phases[name])
         return result
 
-    seed_set = timed("1 collect", lambda: anyio.run(_collect, settings))
-    grounding = timed("2 ground", lambda: anyio.run(_ground, settings, sim_dir))
-    seed_set = {**seed_set, "vectors": grounding.pop("vectors")}
-    weights = timed("load policy", lambda: PolicyWeights.load(policy_dir))
-    before = timed("3 evaluate before", lambda: anyio.run(_evaluate, settings, weights, "before"))
-    held_out = timed("3 simulator on held-out steps", lambda: anyio.run(_held_out_fidelity, settings, sim_dir))
-    rollouts, shadow = timed("4 rollouts", lambda: anyio.run(_rollouts, settings, weights, sim_dir))
-    trained = timed("5 train", lambda: _train(settings, weights, sim_dir=sim_dir))
-    after_weights = trained.policy if trained is not None else weights
-    after = timed("6 evaluate after", lambda: anyio.run(_evaluate, settings, after_weights, "after"))
+    with progress("dreamgym demo", total=len(PHASES), unit="phases") as demo:
+
+        def phase(name: str, step: Callable[[], T]) -> T:
+            demo.advance(0, note=name)
+            result = timed(name, step)
+            demo.advance()
+            return result
+
+        seed_set = phase("1 collect", lambda: anyio.run(_collect, settings))
+        if given_sim is None:
+            sim_dir = phase("2 train experience model", lambda: anyio.run(_train_experience_model, settings))
+        else:
+            sim_dir = given_sim
+            demo.advance()
+        grounding = phase("2 ground", lambda: anyio.run(_ground, settings, sim_dir))
+        grounding["experience_model_kind"] = "given" if given_sim else "demo-size"
+        seed_set = {**seed_set, "vectors": grounding.pop("vectors")}
+        weights, warm = phase("3 policy", lambda: _prepare_policy(settings, given_policy))
+        before = phase("4 evaluate before", lambda: anyio.run(_evaluate, settings, weights, "before"))
+        held_out = phase("4 simulator on held-out steps", lambda: anyio.run(_held_out_fidelity, settings, sim_dir))
+        rollouts, shadow = phase("5 rollouts", lambda: anyio.run(_rollouts, settings, weights, sim_dir))
+        trained = phase("6 train", lambda: _train(settings, weights, sim_dir=sim_dir))
+        after_weights = trained.policy if trained is not None else weights
+        after = phase("7 evaluate after", lambda: anyio.run(_evaluate, settings, after_weights, "after"))
     store = anyio.run(_store_steps, settings.store_dir)
     report = DemoReport(
         settings=settings.as_dict(),
-        models={"policy": f"{policy_dir.name}@{weights.digest[:16]}", **grounding},
+        models={"policy": f"{weights.directory.name}@{weights.digest[:16]}", **grounding},
         seed_set=seed_set,
+        warm_start=warm,
         before=before,
         rollouts=rollouts,
         shadow=shadow,
@@ -272,37 +306,45 @@ def run_demo(settings: DemoSettings) -> DemoReport:
     return report
 
 
-def experience_model_dir(settings: DemoSettings) -> Path:
-    """The experience model's directory.
+def experience_model_dir(settings: DemoSettings) -> Path | None:
+    """The given experience model's directory; ``None`` when the demo trains a demo-size one.
 
     Raises:
-        ConfigError: There is no model there; for the default, the message says how to build it.
+        ConfigError: There is no model there; for the offline default, the message says how to build it.
     """
     from dreamgym.jobs.sim_default import default_model_dir
 
-    path = settings.sim_model or default_model_dir()
-    if (path / "config.json").exists():
+    path = settings.sim_model
+    if path is None or (path / "config.json").exists():
         return path
-    if settings.sim_model is None:
+    if path == default_model_dir():
         raise ConfigError(
             f"the offline default experience model is not built yet ({path}); build it once with "
-            "`make sim-default` (= `.venv/bin/python -m dreamgym.jobs.sim_default`, about an hour on 2 cores), "
-            "or pass --sim-model DIR"
+            "`dreamgym sim build-default` (= `make sim-default`, `python -m dreamgym.jobs.sim_default`), "
+            "or leave --sim-model out for a demo-size model trained on the seed set"
         )
     raise ConfigError(f"no experience model at {path}; train one with `dreamgym sim train` or pass another directory")
 
 
-def policy_model_dir(settings: DemoSettings) -> Path:
-    """The policy's directory: the given one, or SmolLM2 from the setup's cache.
+DEMO_SIM_SIZE = ScratchModelConfig(vocab_size=2000, hidden_size=128, layers=2, intermediate_size=384)
+"""The demo-size experience model: a 2-layer Llama of width 128 (about 0.8M parameters) trained from scratch on
+the seed set in phase 2, where the offline default (4 layers of 256 on 18 tasks) takes many times longer."""
+
+
+def demo_sim_training(settings: DemoSettings) -> SimTrainConfig:
+    """How phase 2 trains the demo-size experience model."""
+    return SimTrainConfig(base="scratch", epochs=settings.sim_epochs, max_length=1536, scratch=DEMO_SIM_SIZE)
+
+
+def policy_model_dir(settings: DemoSettings) -> Path | None:
+    """The given policy model's directory; ``None`` when the demo builds a tiny index policy.
 
     Raises:
         ConfigError: There is no model there.
     """
-    from dreamgym.offline import smollm2_checkpoint
-
-    path = settings.policy_model or smollm2_checkpoint()
-    if not (path / "config.json").exists():
-        raise ConfigError(f"no policy model at {path}; give a transformers chat model directory")
+    path = settings.policy_model
+    if path is not None and not (path / "config.json").exists():
+        raise ConfigError(f"no policy model at {path}; give a transformers causal LM directory")
     return path
 
 
@@ -337,6 +379,29 @@ async def _task_episodes(store: LmdbReplayStore, task_id: str) -> list[Any]:
     return [episode for episode_id in sorted(ids) if (episode := await store.get_episode(episode_id)) is not None]
 
 
+async def _train_experience_model(settings: DemoSettings) -> Path:
+    """Phase 2 without a given model: a demo-size experience model trained on the seed set, with the default
+    recipe's template and no-op balance; the held-out (task, seed) pairs are left out of its examples and their
+    neighbours (there are none in the seed set: a guard, not a filter)."""
+    from dreamgym.jobs.sim_default import train_on_store
+    from dreamgym.replay import LmdbReplayStore
+
+    recipe = {
+        "recipe": "dreamgym.jobs.demo (demo-size)",
+        "tasks": list(settings.tasks),
+        "train_seeds": list(settings.train_seeds),
+        "held_out_seeds": list(settings.held_out_seeds),
+    }
+    async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
+        return await train_on_store(
+            store,
+            settings.out / "experience-model",
+            demo_sim_training(settings),
+            held_out=held_out_pairs(settings),
+            recipe=recipe,
+        )
+
+
 async def _ground(settings: DemoSettings, sim_dir: Path) -> dict[str, Any]:
     """Phase 2: embed the seed set (the model's retrieval corpus) and load the model to check it answers from it."""
     from dreamgym.replay import LmdbReplayStore
@@ -352,6 +417,65 @@ async def _ground(settings: DemoSettings, sim_dir: Path) -> dict[str, Any]:
         stats.vectors, stats.embedder, model.model_id, template.neighbours,
     )  # fmt: skip
     return {"vectors": stats.vectors, "experience_model": model.model_id, "embedder": stats.embedder}
+
+
+def _prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWeights, dict[str, Any]]:
+    """Phase 3: the policy, before any RL: a tiny index policy whose tokenizer learns the seed set's pages (or
+    the given model, with label tokens), behaviour-cloned on the seed set's demonstrator episodes
+    (``warm_epochs``), saved under ``out/policy``. Returns it and what the warm start did."""
+    import torch
+
+    from dreamgym.agents import add_index_tokens
+    from dreamgym.simulator import weights_digest
+    from dreamgym.trainer import WarmStartConfig, demonstrations, tiny_index_policy, warm_start
+
+    torch.manual_seed(settings.seed)
+    episodes = anyio.run(_demonstrator_episodes, settings)
+    tasks = {task.task_id: task for task in _tasks(settings)}
+    if given is None:
+        pages = [(tasks[step.task_id], page) for episode in episodes for step in episode
+                 for page in (step.observation, step.next_observation)]  # fmt: skip
+        model, tokenizer = tiny_index_policy(pages, seed=settings.seed)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(str(given))
+        tokenizer = AutoTokenizer.from_pretrained(str(given))
+        add_index_tokens(model, tokenizer)
+    directory = settings.out / "policy"
+    draft = PolicyWeights(directory=directory, model=model, tokenizer=tokenizer, digest="")
+    record: dict[str, Any] = {"base": "tiny index policy" if given is None else str(given)}
+    if settings.warm_epochs > 0:
+        policy = draft.policy(anyio.CapacityLimiter(1), temperature=0.0, seed=settings.seed)
+        examples, skipped = demonstrations(policy, episodes, list(tasks.values()))
+        config = WarmStartConfig(
+            epochs=settings.warm_epochs, learning_rate=1e-3, batch_size=4, seed=settings.seed, lm_weight=1.0
+        )
+        fit = warm_start(policy, examples, config)
+        record.update(
+            episodes=len(episodes), examples=fit.examples, skipped_steps=skipped, epochs=settings.warm_epochs,
+            updates=fit.updates, first_loss=round(fit.first_loss, 4), last_loss=round(fit.last_loss, 4),
+            label_accuracy=round(fit.accuracy, 4),
+        )  # fmt: skip
+    shutil.rmtree(directory, ignore_errors=True)
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    weights = PolicyWeights(directory=directory, model=model, tokenizer=tokenizer, digest=weights_digest(directory))
+    return weights, record
+
+
+async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
+    """The seed set's demonstrator episodes, each its steps in order."""
+    from dreamgym.bridge import MiniWobDemonstrator
+    from dreamgym.replay import LmdbReplayStore
+
+    episodes: dict[str, list[Step]] = {}
+    async with LmdbReplayStore(settings.store_dir, readonly=True) as store:
+        for name in settings.tasks:
+            for step in await store.get_steps(await store.task_seqs(f"miniwob/{name}", source="real")):
+                if step.policy_id == MiniWobDemonstrator.policy_id:
+                    episodes.setdefault(step.episode_id, []).append(step)
+    return [sorted(steps, key=lambda step: step.step_index) for steps in episodes.values()]
 
 
 async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) -> EvalResult:
@@ -384,7 +508,6 @@ async def _held_out_fidelity(settings: DemoSettings, sim_dir: Path) -> ShadowSco
     demo's store) leaves out every held-out (task, seed): the accuracy says
     how well it predicts pages it has not seen, on the states the policy visits.
     """
-    from dreamgym.core.types import Step
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
     from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
 
@@ -427,7 +550,7 @@ async def _rollouts(
             tasks, settings.train_seeds, size=settings.group_size, real_share=settings.real_share,
             shadow=True, count=settings.rollout_groups, seed=settings.seed,
         )  # fmt: skip
-        results = await runtime.run_groups(groups)
+        results = await runtime.run_groups(groups, label="mixed rollouts (real ones shadowed)")
         figures = RolloutFigures.of(results, runtime.stats.snapshot())
         shadow = await score_shadows(runtime.store, results)
     log.info("demo: rollouts: %d real and %d synthetic steps; simulator right on %d/%d shadowed rewards",
@@ -448,7 +571,7 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
         return None
     from dreamgym.jobs import StackSettings, stack_sides
     from dreamgym.runtime import RuntimeConfig
-    from dreamgym.trainer import TrainConfig, Trainer
+    from dreamgym.trainer import LoraSettings, TrainConfig, Trainer
 
     out = settings.out / "train"
     shutil.rmtree(out, ignore_errors=True)
@@ -460,8 +583,10 @@ def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> 
         groups_per_update=settings.train_groups_per_update,
         learning_rate=settings.learning_rate,
         real_share=settings.real_share,
+        resample_flat=2,  # a group whose episodes all scored alike teaches nothing: play it again as other draws
         seed=settings.seed,
         report_to=(),
+        lora=None if settings.policy_model is None else LoraSettings(),  # the tiny policy trains every weight
     )
     stack = StackSettings(
         store=settings.store_dir,

@@ -27,7 +27,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +68,7 @@ __all__ = [
     "default_store_dir",
     "ensure_held_out",
     "held_out_store_dir",
+    "train_on_store",
 ]
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ async def collect_miniwob(store: LmdbReplayStore, plan: CollectPlan) -> int:
                 real_env=lambda: BrowserEnv(pool, sites=[site]),
             ) as runtime,
         ):
-            results = await runtime.run_groups(groups)
+            results = await runtime.run_groups(groups, label="collect real episodes")
     finally:
         site.close()
     return sum(len(rollout.steps) for result in results for rollout in result.rollouts)
@@ -168,20 +169,38 @@ async def build_default(
         if (await store.stats()).steps.get("real", 0) == 0:
             steps = await collect_miniwob(store, plan)
             log.info("collected %d real steps in %.0f s", steps, time.perf_counter() - started)
-        await store.flush()
         held_out = [(f"miniwob/{name}", seed) for name in plan.tasks for seed in HELD_OUT_SEEDS]
-        examples = balance(await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out))
+        recipe = {
+            "recipe": "dreamgym.jobs.sim_default",
+            "store": str(store_dir),
+            "tasks": list(plan.tasks),
+            "train_seeds": list(plan.seeds),
+            "held_out_seeds": list(HELD_OUT_SEEDS),
+            "held_out": held_out,
+        }
+        return await train_on_store(store, target, train or DEFAULT_TRAINING, held_out=held_out, recipe=recipe)
+
+
+async def train_on_store(
+    store: LmdbReplayStore,
+    target: Path,
+    config: SimTrainConfig,
+    *,
+    held_out: Sequence[tuple[str, int | None]],
+    recipe: Mapping[str, object],
+) -> Path:
+    """Train an experience model on the store's real transitions with the default template, into ``target``.
+
+    The store's pending transitions are embedded first (retrieval gives each
+    example its neighbours); examples of the ``held_out`` (task, seed) pairs
+    are left out, as their neighbours are; no-op steps are sampled down
+    (:func:`balance`). The model is written beside ``target`` and renamed onto
+    it when complete, so a run cut short leaves no half model there.
+    """
+    await store.flush()
+    examples = balance(await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out))
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    recipe = {
-        "recipe": "dreamgym.jobs.sim_default",
-        "store": str(store_dir),
-        "tasks": list(plan.tasks),
-        "train_seeds": list(plan.seeds),
-        "held_out_seeds": list(HELD_OUT_SEEDS),
-        "held_out": held_out,
-    }
-    config = train or DEFAULT_TRAINING
     await anyio.to_thread.run_sync(
         lambda: train_experience_model(examples, partial, config, template=DEFAULT_TEMPLATE, extra_metadata=recipe)
     )

@@ -38,6 +38,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from dreamgym.core.errors import BackendError, ConfigError, StoreError
+from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import Environment, Policy, ReplayStore
 from dreamgym.core.types import Action, Observation, Source, Step, observation_hash
 from dreamgym.runtime._config import RuntimeConfig
@@ -96,6 +97,18 @@ def _cut_of(exc: Exception) -> str:
     if isinstance(exc, StoreError):
         return "store"
     return "error"
+
+
+class _Solved:
+    """Counts a run's finished episodes into its progress phase, with how many were solved."""
+
+    def __init__(self, phase: Phase) -> None:
+        self.phase = phase
+        self.solved = 0
+
+    def count(self, rollout: Rollout) -> None:
+        self.solved += rollout.episode.success
+        self.phase.advance(note=f"{self.solved} solved")
 
 
 class Runtime:
@@ -196,11 +209,13 @@ class Runtime:
 
     # ------------------------------------------------------------------ running groups
 
-    async def run_groups(self, groups: Iterable[GroupSpec]) -> list[GroupResult]:
+    async def run_groups(self, groups: Iterable[GroupSpec], *, label: str = "episodes") -> list[GroupResult]:
         """Run every group, all under one task group, and return their results in order.
 
         Every group is checked (sources, factories, branch prefixes) before any
-        starts. Returns after every step of these groups is committed.
+        starts. Returns after every step of these groups is committed. Reports
+        its episodes as they end, and how many were solved, as the progress
+        phase ``label`` (:mod:`dreamgym.core.progress`: silent unless listened to).
 
         Raises:
             ConfigError: A group cannot run with this runtime (see the message).
@@ -220,10 +235,11 @@ class Runtime:
         self._runs.add(run)
         try:
             await self._store_tasks(planned)
-            with run:
+            with run, progress(label, total=sum(group.spec.size for group in planned), unit="episodes") as phase:
+                solved = _Solved(phase)
                 async with anyio.create_task_group() as tg:
                     for index, group in enumerate(planned):
-                        tg.start_soon(self._run_group_into, group, results, index)
+                        tg.start_soon(self._run_group_into, group, results, index, solved)
         finally:
             self._runs.discard(run)
             with anyio.move_on_after(self.config.drain_timeout_s, shield=True) as scope:
@@ -243,22 +259,27 @@ class Runtime:
                              f"{self._writer.first_error}")  # fmt: skip
         return [result for result in results if result is not None]
 
-    async def _run_group_into(self, group: _Group, results: list[GroupResult | None], index: int) -> None:
-        results[index] = await self._run_group(group)
+    async def _run_group_into(
+        self, group: _Group, results: list[GroupResult | None], index: int, solved: _Solved
+    ) -> None:
+        results[index] = await self._run_group(group, solved)
 
-    async def _run_group(self, group: _Group) -> GroupResult:
+    async def _run_group(self, group: _Group, solved: _Solved) -> GroupResult:
         rollouts: list[Rollout | None] = [None] * group.spec.size
         async with anyio.create_task_group() as tg:
             if group.source == "real":
                 on_step = self._shadower(group, tg) if group.spec.shadow else None
+                real_begin = self._real_begin(group)
                 for index in range(group.spec.size):
                     tg.start_soon(
-                        self._rollout_into, group, self._real_pool(), self._real_begin(group), on_step, rollouts, index
+                        self._rollout_into, group, self._real_pool(), real_begin, on_step, rollouts, index, solved
                     )
             else:
                 begin = await self._synthetic_begin(group)
                 for index in range(group.spec.size):
-                    tg.start_soon(self._rollout_into, group, self._synthetic_pool(), begin, None, rollouts, index)
+                    tg.start_soon(
+                        self._rollout_into, group, self._synthetic_pool(), begin, None, rollouts, index, solved
+                    )
         done = tuple(rollout for rollout in rollouts if rollout is not None)
         result = GroupResult(
             group_id=group.group_id,
@@ -313,8 +334,10 @@ class Runtime:
         on_step: OnStep | None,
         rollouts: list[Rollout | None],
         index: int,
+        solved: _Solved,
     ) -> None:
-        rollouts[index] = await self._rollout(group, pool, begin, on_step)
+        rollouts[index] = rollout = await self._rollout(group, pool, begin, on_step)
+        solved.count(rollout)
 
     async def _rollout(self, group: _Group, pool: EnvPool[E], begin: Begin[E], on_step: OnStep | None) -> Rollout:
         plan = EpisodePlan(

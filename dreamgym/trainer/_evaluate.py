@@ -127,7 +127,7 @@ async def evaluate(
         for task in tasks
         for seed in seeds
     ]
-    results = await runtime.run_groups(specs)
+    results = await runtime.run_groups(specs, label=f"evaluate ({label})")
     by_task: dict[str, list[Episode]] = {}
     for result in results:
         by_task.setdefault(result.task.task_id, []).extend(result.episodes)

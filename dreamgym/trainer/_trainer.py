@@ -51,10 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from transformers import TrainerCallback
+from transformers import PrinterCallback, TrainerCallback
 
 from dreamgym.agents import LocalPolicy, episode_sequence, link_turns
 from dreamgym.core.errors import ConfigError
+from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import Policy
 from dreamgym.core.types import Source, Task
 from dreamgym.runtime import GroupResult, GroupSpec, Runtime, RuntimePortal
@@ -215,6 +216,7 @@ class Trainer:
         self.grpo: Any = None
         """TRL's ``GRPOTrainer``, once :meth:`train` has built it."""
         self._portal: RuntimePortal | None = None
+        self._phase: Phase | None = None
         self._sides: Sides | None = None
         self._eval_policy: LocalPolicy | None = None
         self._torch_limiter = policy.limiter
@@ -246,7 +248,10 @@ class Trainer:
             try:
                 if self.eval_seeds and self.config.eval_at_start and checkpoint is None and self._main:
                     self._evaluate()
-                self.grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+                what = f"train the policy ({self.config.mode}, GRPO)"
+                with progress(what, total=self.config.updates, unit="updates") as self._phase:
+                    self._phase.advance(self.state.update)  # a resumed run starts where it left off
+                    self.grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
                 final_dir = self.config.output_dir / "final"
                 self.grpo.save_model(str(final_dir))
                 self._write_state(final_dir)
@@ -308,6 +313,7 @@ class Trainer:
             remove_unused_columns=False,
             dataloader_num_workers=0,
             log_completions=False,
+            disable_tqdm=True,  # progress goes through dreamgym.core.progress (the command line draws it)
         )
         # The dataset only counts groups: the rollout function picks each group's task from the pool. Each
         # rank asks for its own groups_per_update groups of every update.
@@ -323,7 +329,7 @@ class Trainer:
                 target_modules=list(target) if isinstance(target, tuple) else target,
                 task_type="CAUSAL_LM",
             )
-        return GRPOTrainer(
+        trainer = GRPOTrainer(
             model=self.policy.model,
             processing_class=self.policy.tokenizer,
             reward_funcs=[_outcome_reward],
@@ -333,6 +339,8 @@ class Trainer:
             rollout_func=self._rollout,
             callbacks=[_Callback(self)],
         )
+        trainer.remove_callback(PrinterCallback)  # its raw log dictionaries: metrics.jsonl has them
+        return trainer
 
     @asynccontextmanager
     async def _open_runtime(self) -> AsyncIterator[Runtime]:
@@ -537,10 +545,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ between updates
 
+    def _progress_note(self) -> str:
+        state = self.state
+        return f"{state.real_steps} real + {state.synthetic_steps} synthetic steps"
+
     def _after_update(self, update: int) -> bool:
         """Run what the schedule asks after update ``update``; returns whether to checkpoint now."""
         self.state.update = update
         self.policy.mark_version(self._version())
+        if self._phase is not None:
+            self._phase.advance(update - self._phase.done, note=self._progress_note())
         config = self.config
         save = False
         if config.mode == "sim2real" and update == config.switch_at:
