@@ -1,29 +1,33 @@
 """``dreamgym demo``: the main job, offline, on a small CPU machine, in minutes.
 
-Seven phases, each a synchronous step (those that need an event loop run
-their own ``anyio.run``, so no browser or store outlives its loop, and a
-synchronous trainer can drive its own runtime in between):
+Its phases (:data:`PHASES`) are synchronous steps (those that need an event
+loop run their own ``anyio.run``, so no browser or store outlives its loop,
+and a synchronous trainer can drive its own runtime in between), each
+reported as a progress phase (:mod:`dreamgym.core.progress`):
 
-1. **collect** a small real seed set on MiniWoB++ tasks in headless Chromium
-   (a scripted demonstrator and a random explorer per (task, training seed))
+1. **collect** a real seed set on MiniWoB++ tasks in headless Chromium (a
+   scripted demonstrator and a random explorer per (task, training seed))
    into the demo's replay store;
-2. **ground** the offline experience model in it: embed the fresh real
-   transitions, which the model retrieves as neighbours for every prediction;
-3. **evaluate** the policy on held-out real seeds, before training, in a
+2. **train a demo-size experience model** on it (unless one is given), then
+   **ground** the model in it: the fresh real transitions are embedded, and
+   the model retrieves them as neighbours for every prediction;
+3. **build the policy**: a tiny index policy whose tokenizer learns the seed
+   set's pages, behaviour-cloned on its demonstrator episodes;
+4. **evaluate** the policy on held-out real seeds, before training, in a
    store of its own (held-out pages never reach the simulator's retrieval,
    which also excludes every held-out (task, seed)); then score the
    simulator's one-step predictions of those held-out real steps (pages it
    never saw), beside always-0 and the majority class;
-4. **roll out** groups, a share real and the rest on the simulator; every
+5. **roll out** groups, a share real and the rest on the simulator; every
    real step is shadowed by the simulator's prediction;
-5. **train** the policy briefly with ``dreamgym.trainer``: GRPO with LoRA on
-   mixed groups (``real_share`` real, the rest on the simulator);
-6. **evaluate** again on the same held-out seeds;
-7. **report**: a summary table and ``report.json`` / ``report.md`` with real
-   and synthetic steps, success before and after with n and a 95% interval,
-   the simulator's reward accuracy on held-out real steps (and on the
-   shadowed rollout steps) with n and its baselines, and the wall-clock of
-   each phase.
+6. **train** the policy with ``dreamgym.trainer``: GRPO on mixed groups
+   (``real_share`` real, the rest on the simulator);
+7. **evaluate** again on the same held-out seeds; then **report**: a summary
+   table and ``report.json`` / ``report.md`` with real and synthetic steps,
+   the warm start, success before and after with n, a 95% interval and
+   whether the one after clears the one before, the simulator's accuracy on
+   held-out real steps (and on the shadowed rollout steps) with n and its
+   baselines, and the wall-clock of each phase.
 """
 
 from __future__ import annotations
@@ -199,20 +203,6 @@ class PolicyWeights:
     model: Any
     tokenizer: Any
     digest: str
-
-    @classmethod
-    def load(cls, directory: Path) -> PolicyWeights:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from dreamgym.agents import add_index_tokens
-        from dreamgym.simulator import weights_digest
-
-        model = AutoModelForCausalLM.from_pretrained(str(directory))
-        tokenizer = AutoTokenizer.from_pretrained(str(directory))
-        digest = weights_digest(directory)
-        if add_index_tokens(model, tokenizer):
-            digest = f"{digest[:12]}+labels"
-        return cls(directory=directory, model=model, tokenizer=tokenizer, digest=digest)
 
     def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
         """The ``index`` policy over the page's listed candidates, sharing ``limiter`` with the other torch work.
