@@ -72,6 +72,11 @@ def editors_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if styles:
         shutil.copy(styles[0], root / "codemirror.css")
     (root / "index.html").write_text(PAGE.replace("CODEMIRROR", module.name))
+    yield from _serve(root)
+
+
+def _serve(root: Path) -> Iterator[str]:
+    """Serve ``root`` on 127.0.0.1 until the generator is closed; yields its address."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *args: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -147,13 +152,7 @@ def codemirror6_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("codemirror6")
     (root / "cm-editor-6.0.1.bundle.js").write_bytes(_codemirror6_bundle())
     (root / "index.html").write_text(CM6_PAGE)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    yield from _serve(root)
 
 
 async def test_type_replaces_a_codemirror_6_documents_content_and_click_reaches_it(
