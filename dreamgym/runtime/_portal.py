@@ -99,10 +99,10 @@ class RuntimePortal:
             raise ConfigError("the RuntimePortal is not open; use `with RuntimePortal(build) as portal`")
         return self._runtime
 
-    def run_groups(self, groups: Iterable[GroupSpec]) -> list[GroupResult]:
+    def run_groups(self, groups: Iterable[GroupSpec], *, label: str = "episodes") -> list[GroupResult]:
         """:meth:`Runtime.run_groups`, from this thread; blocks until the groups are done and committed."""
         portal = self._require_portal()
-        future = portal.start_task_soon(self._run_groups, list(groups))
+        future = portal.start_task_soon(self._run_groups, list(groups), label)
         try:
             return future.result()
         except BaseException:
@@ -118,12 +118,12 @@ class RuntimePortal:
         """Run a coroutine function in the runtime's loop (store reads, stats) and return its result."""
         return self._require_portal().call(func, *args)
 
-    async def _run_groups(self, groups: list[GroupSpec]) -> list[GroupResult]:
+    async def _run_groups(self, groups: list[GroupSpec], label: str) -> list[GroupResult]:
         run = _Run()
         self._runs.add(run)
         try:
             with run.scope:
-                return await self.runtime.run_groups(groups)
+                return await self.runtime.run_groups(groups, label=label)
             return []  # cancelled by _cancel_runs: nobody waits for the result
         finally:
             self._runs.discard(run)

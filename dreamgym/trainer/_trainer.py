@@ -422,7 +422,9 @@ class Trainer:
         started = time.perf_counter()
         try:
             with self._acting():
-                kept = [self._record(result, size) for result in portal.run_groups(specs)]
+                label = f"update {update + 1}/{self.config.updates}"
+                played = portal.run_groups(specs, label=f"{label}: groups")
+                kept = [self._record(result, size) for result in played]
                 flat_tasks: set[str] = set()
                 for round_ in range(1, self.config.resample_flat + 1):
                     flat = [n for n, (_, _, teaches) in enumerate(kept) if not teaches]
@@ -431,7 +433,8 @@ class Trainer:
                     flat_tasks |= {kept[n][0].task.task_id for n in flat}
                     again = [self._redraw(kept[n][0], flat_tasks, rng, f"r{round_}") for n in flat]
                     self.state.resampled_groups += len(flat)
-                    for n, result in zip(flat, portal.run_groups(again), strict=True):
+                    replayed = portal.run_groups(again, label=f"{label}: flat groups again")
+                    for n, result in zip(flat, replayed, strict=True):
                         kept[n] = self._record(result, size)
         finally:
             self.state.rollout_seconds += time.perf_counter() - started
