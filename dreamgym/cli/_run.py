@@ -143,8 +143,6 @@ async def drive(runtime: Any, groups: Sequence[Any], *, label: str) -> list[Any]
     from rich.console import Console
     from rich.table import Table
 
-    for task in {g.task.task_id: g.task for g in groups}.values():
-        await runtime.store.put_task(task)
     results: list[Any] = await runtime.run_groups(groups, label=label)
     table = Table(title="dreamgym runtime", show_header=False)
     for key, value in runtime.stats.snapshot().as_metrics().items():

@@ -244,8 +244,6 @@ async def _play_live(args: argparse.Namespace) -> None:
         store_config=StoreConfig(auto_index=False),
     )
     async with open_runtime(settings, lambda limiter: run_policy(run, limiter)) as (runtime, _):
-        for task in tasks:
-            await runtime.store.put_task(task)
         results = await runtime.run_groups(
             mixed_groups(tasks, seeds, size=args.episodes, real_share=1.0), label="play the tasks live"
         )

@@ -60,7 +60,6 @@ from dreamgym.simulator import ScratchModelConfig, SimTrainConfig
 
 if TYPE_CHECKING:
     from dreamgym.agents import LocalPolicy
-    from dreamgym.core.protocols import ReplayStore
     from dreamgym.core.types import Step, Task
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.runtime import RuntimeConfig
@@ -469,7 +468,7 @@ async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
 
 
 async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) -> EvalResult:
-    """Phases 3 and 6: one real episode per (task, held-out seed), in evaluation's own store."""
+    """Phases 4 and 7: one real episode per (task, held-out seed), in evaluation's own store."""
     from dreamgym.jobs import StackSettings, open_runtime
     from dreamgym.replay import HashingEmbedder, StoreConfig
     from dreamgym.trainer import evaluate
@@ -483,7 +482,7 @@ async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) 
         store_config=StoreConfig(auto_index=False),
     )
     async with open_runtime(stack, policy) as (runtime, _):
-        tasks = await _put_tasks(runtime.store, settings)
+        tasks = _tasks(settings)  # run_groups stores them
         result = await evaluate(runtime, tasks, settings.held_out_seeds, label=label)
     low, high = result.interval
     log.info("demo: %s: %d/%d held-out episodes solved (95%% CI %.2f-%.2f)",
@@ -492,7 +491,7 @@ async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) 
 
 
 async def _held_out_fidelity(settings: DemoSettings, sim_dir: Path) -> ShadowScore:
-    """Phase 3, then: the simulator's one-step predictions of the held-out real steps evaluation played.
+    """Phase 4, then: the simulator's one-step predictions of the held-out real steps evaluation played.
 
     The model never trained on those seeds, and its retrieval (from the
     demo's store) leaves out every held-out (task, seed): the accuracy says
@@ -523,7 +522,7 @@ async def _held_out_fidelity(settings: DemoSettings, sim_dir: Path) -> ShadowSco
 async def _rollouts(
     settings: DemoSettings, weights: PolicyWeights, sim_dir: Path
 ) -> tuple[RolloutFigures, ShadowScore]:
-    """Phase 4: mixed groups; the real ones shadowed by the simulator, whose predictions are then scored."""
+    """Phase 5: mixed groups; the real ones shadowed by the simulator, whose predictions are then scored."""
     from dreamgym.jobs import StackSettings, mixed_groups, open_runtime
 
     policy = _policy_factory(weights, temperature=settings.temperature, seed=settings.seed + 1)
@@ -535,7 +534,7 @@ async def _rollouts(
         runtime=_runtime_config(settings),
     )
     async with open_runtime(stack, policy) as (runtime, _):
-        tasks = await _put_tasks(runtime.store, settings)
+        tasks = _tasks(settings)  # run_groups stores them
         groups = mixed_groups(
             tasks, settings.train_seeds, size=settings.group_size, real_share=settings.real_share,
             shadow=True, count=settings.rollout_groups, seed=settings.seed,
@@ -549,12 +548,13 @@ async def _rollouts(
 
 
 def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> TrainOutcome | None:
-    """Phase 5: GRPO on mixed groups (``real_share`` real) with LoRA, through ``dreamgym.trainer``.
+    """Phase 6: GRPO on mixed groups (``real_share`` real; LoRA on a given model), through ``dreamgym.trainer``.
 
     The trainer drives its own runtime (Chromium, the grounded simulator, the
     demo's store) through a portal and closes it before returning; training
-    steps go to the demo's store with their provenance. The adapters are
-    trained in place on ``weights.model``; the after-evaluation plays them.
+    steps go to the demo's store with their provenance. The
+    weights (the tiny policy's, or a given model's adapters) are trained in place on
+    ``weights.model``; the after-evaluation plays them.
     ``None`` when ``train_updates`` is 0.
     """
     if settings.train_updates == 0:
@@ -657,15 +657,6 @@ def _runtime_config(settings: DemoSettings) -> RuntimeConfig:
 
 def _policy_factory(weights: PolicyWeights, *, temperature: float, seed: int) -> Callable[[Any], LocalPolicy]:
     return lambda limiter: weights.policy(limiter, temperature=temperature, seed=seed)
-
-
-async def _put_tasks(store: ReplayStore, settings: DemoSettings) -> list[Task]:
-    from dreamgym.bridge import miniwob_tasks
-
-    tasks = miniwob_tasks(settings.tasks, settings.max_steps)
-    for task in tasks:
-        await store.put_task(task)
-    return tasks
 
 
 def _training_record(trained: TrainOutcome | None) -> dict[str, Any]:
