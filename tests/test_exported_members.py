@@ -16,6 +16,7 @@ PACKAGES = [
     "dreamgym.runtime",
     "dreamgym.trainer",
     "dreamgym.validate",
+    "dreamgym.render",
     "dreamgym.jobs",
 ]
 

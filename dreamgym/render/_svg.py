@@ -1,6 +1,6 @@
-"""Small inline-SVG charts for the report: grouped bars, lines, a 2×2 heat map.
+"""Small inline-SVG charts for the reports: grouped bars, lines, a 2×2 heat map.
 
-Drawn by hand so the report stays one offline file (no plotting library, no
+Drawn by hand so a report stays one offline file (no plotting library, no
 script, no fetched asset). Values are fractions in [0, 1] unless a chart says
 otherwise; every bar and point carries a ``<title>`` with its exact value.
 """
@@ -77,8 +77,22 @@ def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequen
     return "".join(parts)
 
 
-def line_chart(title: str, xs: Sequence[int], series: Mapping[str, Sequence[float]], *, x_label: str = "k") -> str:
-    """Lines over integer x values (values in [0, 1]); a series may be shorter than ``xs``."""
+def line_chart(
+    title: str,
+    xs: Sequence[int | str],
+    series: Mapping[str, Sequence[float | None]],
+    *,
+    x_label: str = "k",
+) -> str:
+    """Lines over the x values ``xs`` (values in [0, 1]).
+
+    A series may be shorter than ``xs``, and ``None`` leaves a gap: points are
+    joined only to their neighbours, so a series of two separate points (say,
+    a figure before and after training) stays two points.
+
+    Example:
+        >>> line_chart("drift", [1, 2, 3], {"model": [0.9, 0.7, 0.6], "unchanged": [0.5, None, 0.4]})
+    """
     names = list(series)
     left, top, height = 44, 34, 180
     width = float(max(60 * len(xs), _legend_width(names), 300))
@@ -94,24 +108,45 @@ def line_chart(title: str, xs: Sequence[int], series: Mapping[str, Sequence[floa
         return left + (width * (n + 0.5) / len(xs) if xs else 0)
 
     for n, x in enumerate(xs):
-        parts.append(f'<text x="{px(n):.1f}" y="{top + height + 16}" text-anchor="middle" {_FONT}>{x}</text>')
+        parts.append(
+            f'<text x="{px(n):.1f}" y="{top + height + 16}" text-anchor="middle" {_FONT}>{escape(str(x))}</text>'
+        )
     middle = left + width / 2
     parts.append(
         f'<text x="{middle:.1f}" y="{top + height + 32}" text-anchor="middle" {_FONT}>{escape(x_label)}</text>'
     )
     for s, name in enumerate(names):
         colour = COLOURS[s % len(COLOURS)]
-        points = [(px(n), top + height * (1 - max(0.0, min(1.0, v)))) for n, v in enumerate(series[name][: len(xs)])]
-        if len(points) > 1:
-            path = " ".join(f"{cx:.1f},{cy:.1f}" for cx, cy in points)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        for (cx, cy), value, k in zip(points, series[name], xs, strict=False):
+        values = list(series[name][: len(xs)])
+        points = [None if v is None else (px(n), _y(v, top, height)) for n, v in enumerate(values)]
+        for run in _runs(points):
+            if len(run) > 1:
+                path = " ".join(f"{cx:.1f},{cy:.1f}" for cx, cy in run)
+                parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for point, value, x in zip(points, values, xs, strict=False):
+            if point is None or value is None:
+                continue
             parts.append(
-                f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" fill="{colour}">'
-                f"<title>{escape(name)} at {escape(x_label)}={k}: {value:.3f}</title></circle>"
+                f'<circle cx="{point[0]:.1f}" cy="{point[1]:.1f}" r="3.5" fill="{colour}">'
+                f"<title>{escape(name)} at {escape(x_label)}={escape(str(x))}: {value:.3f}</title></circle>"
             )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _y(value: float, top: float, height: float) -> float:
+    return top + height * (1 - max(0.0, min(1.0, value)))
+
+
+def _runs(points: Sequence[tuple[float, float] | None]) -> list[list[tuple[float, float]]]:
+    """The points cut into runs of neighbours, at each gap (``None``)."""
+    runs: list[list[tuple[float, float]]] = [[]]
+    for point in points:
+        if point is None:
+            runs.append([])
+        else:
+            runs[-1].append(point)
+    return [run for run in runs if run]
 
 
 def confusion_chart(
