@@ -63,5 +63,6 @@ def _run_demo(args: argparse.Namespace) -> int:
     report = run_demo(settings)
     console = Console()
     console.print(summary_table(report))
-    console.print(f"report: {settings.out / 'report.md'} and {settings.out / 'report.json'}")
+    out = settings.out
+    console.print(f"report: {out / 'report.html'} (a page to open), {out / 'report.md'} and {out / 'report.json'}")
     return 0

@@ -1,4 +1,5 @@
-"""The demo's figures: rollouts by side, the simulator's scores, the report and its table and files."""
+"""The demo's figures: rollouts by side, the simulator's scores, the report and its table and files
+(``report.json``, ``report.md``, and ``report.html`` drawn by ``_demo_html``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dreamgym.jobs._demo_figures import EpisodeExample, UpdateRewards, as_plain
+
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from dreamgym.core.protocols import Prediction, ReplayStore
+    from dreamgym.core.protocols import Prediction
     from dreamgym.core.types import Step
+    from dreamgym.jobs._demo_figures import Shadowed
     from dreamgym.runtime import GroupResult, RuntimeSnapshot
+    from dreamgym.simulator import FidelitySummary
     from dreamgym.trainer import EvalResult
 
 __all__ = [
@@ -23,6 +28,7 @@ __all__ = [
     "ShadowScore",
     "score_predictions",
     "score_shadows",
+    "score_summary",
     "summary_rows",
     "summary_table",
     "write_report",
@@ -133,6 +139,13 @@ class DemoReport:
     """Steps in the demo's store at the end, by source (synthetic includes the shadow predictions)."""
     phases: Mapping[str, float]
     """Wall-clock seconds per phase."""
+    held_out_fidelity: Mapping[str, Mapping[str, FidelitySummary]] = field(default_factory=dict)
+    """The experience model and the two baselines (copy the top retrieved transition's change, keep the page)
+    on the held-out real steps: split (all held-out steps, page changed, page unchanged) → predictor → figures."""
+    curve: tuple[UpdateRewards, ...] = ()
+    """Per GRPO update, the mean outcome reward of the real and the synthetic episodes played."""
+    examples: tuple[EpisodeExample, ...] = ()
+    """Shadowed real rollout episodes shown step by step beside the simulator's predictions."""
 
     @property
     def real_steps(self) -> int:
@@ -174,32 +187,30 @@ class DemoReport:
             "rollouts": dataclasses.asdict(self.rollouts),
             "shadow": self.shadow.as_dict(),
             "simulator_held_out": self.held_out.as_dict(),
+            "simulator_held_out_fidelity": as_plain(self.held_out_fidelity),
             "training": dict(self.training),
             "after": self.after.as_dict(),
+            "learning_curve": [row.as_dict() for row in self.curve],
+            "examples": [example.as_dict() for example in self.examples],
             "store": dict(self.store),
             "phases_s": dict(self.phases),
             "total_s": sum(self.phases.values()),
         }
 
 
-async def score_shadows(store: ReplayStore, results: Sequence[GroupResult]) -> ShadowScore:
-    """Score the stored shadow prediction of every step of the real groups against the real step.
+def score_shadows(shadowed: Sequence[Shadowed]) -> ShadowScore:
+    """Score the shadow prediction of every step of the real rollout episodes against the real step.
 
-    Every real group of the demo is shadowed; a step with no stored
-    prediction (it raised) or a cut one (malformed, backend) counts as wrong.
+    Every real group of the demo is shadowed; a step with no usable
+    prediction (none stored, malformed, a backend error) counts as wrong.
     """
-    pairs: list[tuple[Step, tuple[str, float, bool] | None]] = []
-    for result in results:
-        if result.source != "real":
-            continue
-        for rollout in result.rollouts:
-            predicted = {s.step_index: s for s in await store.episode_steps(rollout.episode.episode_id + "/shadow")}
-            for step in rollout.steps:
-                guess = predicted.get(step.step_index)
-                usable = guess is not None and guess.truncation_reason not in ("model_output", "backend")
-                answer = (guess.next_observation.state, guess.reward, guess.terminated) if guess and usable else None
-                pairs.append((step, answer))
-    return _score(pairs)
+    return _score(
+        [
+            (step, (guess.next_observation.state, guess.reward, guess.terminated) if guess else None)
+            for item in shadowed
+            for step, guess in zip(item.steps, item.guesses, strict=True)
+        ]
+    )
 
 
 def score_predictions(steps: Sequence[Step], predictions: Sequence[Prediction | None]) -> ShadowScore:
@@ -212,14 +223,31 @@ def score_predictions(steps: Sequence[Step], predictions: Sequence[Prediction | 
     )
 
 
+def score_summary(summary: FidelitySummary, steps: Sequence[Step]) -> ShadowScore:
+    """A teacher-forced summary of the real ``steps`` (``dreamgym.validate``'s) as counts, with the constant
+    baselines on the same steps (the summary's rates are rounded to 4 places: exact counts up to n = 5,000)."""
+    always_zero, majority = _constant_baselines(steps)
+    return ShadowScore(
+        n=summary.n, reward_correct=round(summary.reward_accuracy * summary.n),
+        done_correct=round(summary.done_accuracy * summary.n), unusable=summary.failures,
+        similarity=summary.similarity, zero_reward_correct=always_zero, majority_reward_correct=majority,
+    )  # fmt: skip
+
+
+def _constant_baselines(steps: Sequence[Step]) -> tuple[int, int]:
+    """What always predicting reward 0, and always the steps' most common real reward, get right."""
+    classes = [round(step.reward) for step in steps]
+    majority = max((classes.count(c) for c in set(classes)), default=0)
+    return sum(abs(step.reward) <= 0.5 for step in steps), majority
+
+
 def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> ShadowScore:
     from dreamgym.simulator import score_prediction
 
-    n = reward = done = unusable = zero = 0
+    n = reward = done = unusable = 0
     similarity = 0.0
     for step, answer in pairs:
         n += 1
-        zero += abs(step.reward) <= 0.5
         if answer is None:
             unusable += 1
             continue
@@ -227,8 +255,7 @@ def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> Shad
         reward += score.reward_correct
         done += score.done_correct
         similarity += score.similarity
-    classes = [round(step.reward) for step, _ in pairs]
-    majority = max((classes.count(c) for c in set(classes)), default=0)
+    zero, majority = _constant_baselines([step for step, _ in pairs])
     return ShadowScore(
         n=n, reward_correct=reward, done_correct=done, unusable=unusable,
         similarity=similarity / n if n else 0.0, zero_reward_correct=zero, majority_reward_correct=majority,
@@ -311,8 +338,13 @@ def summary_table(report: DemoReport) -> Table:
 
 
 def write_report(report: DemoReport, out: Path) -> None:
-    """Write ``report.json`` (every figure) and ``report.md`` (the summary and per-task success) under ``out``."""
+    """Write ``report.json`` (every figure), ``report.md`` (the summary and per-task success) and ``report.html``
+    (one self-contained page: the verdict, the summary, the learning curve, the simulator's fidelity beside its
+    baselines, example episodes) under ``out``."""
+    from dreamgym.jobs._demo_html import render_demo_html
+
     out.mkdir(parents=True, exist_ok=True)
+    (out / "report.html").write_text(render_demo_html(report))
     (out / "report.json").write_text(json.dumps(report.as_dict(), indent=2) + "\n")
     lines = ["# dreamgym demo", "", "| figure | value | n and spread |", "|---|---|---|"]
     lines += [f"| {' | '.join(row)} |" for row in summary_rows(report)]

@@ -17,7 +17,9 @@ reported as a progress phase (:mod:`dreamgym.core.progress`):
    store of its own (held-out pages never reach the simulator's retrieval,
    which also excludes every held-out (task, seed)); then score the
    simulator's one-step predictions of those held-out real steps (pages it
-   never saw), beside always-0 and the majority class;
+   never saw), beside always-0 and the majority class, and its fidelity
+   beside copying the top retrieved change and keeping the page, on all
+   steps and on those where the page changed (``dreamgym.validate``);
 5. **roll out** groups, a share real and the rest on the simulator; every
    real step is shadowed by the simulator's prediction;
 6. **train** the policy with ``dreamgym.trainer``: GRPO on mixed groups
@@ -27,7 +29,10 @@ reported as a progress phase (:mod:`dreamgym.core.progress`):
    the warm start, success before and after with n, a 95% interval and
    whether the one after clears the one before, the simulator's accuracy on
    held-out real steps (and on the shadowed rollout steps) with n and its
-   baselines, and the wall-clock of each phase.
+   baselines, and the wall-clock of each phase; and ``report.html``, one
+   self-contained page with the verdict, the learning curve, the fidelity
+   table and charts, and three shadowed real episodes with the real and the
+   predicted pages side by side.
 """
 
 from __future__ import annotations
@@ -46,12 +51,20 @@ import anyio
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.progress import progress
 from dreamgym.core.protocols import Embedder  # at run time: the command line reads DemoSettings' field types
+from dreamgym.jobs._demo_figures import (
+    EpisodeExample,
+    UpdateRewards,
+    fidelity_by_change,
+    pick_examples,
+    shadowed_episodes,
+    training_curve,
+)
 from dreamgym.jobs._demo_report import (
     DemoReport,
     RolloutFigures,
     ShadowScore,
-    score_predictions,
     score_shadows,
+    score_summary,
     summary_rows,
     summary_table,
     write_report,
@@ -63,6 +76,7 @@ if TYPE_CHECKING:
     from dreamgym.core.types import Step, Task
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.runtime import RuntimeConfig
+    from dreamgym.simulator import FidelitySummary
     from dreamgym.trainer import EvalResult
 
 __all__ = [
@@ -233,7 +247,7 @@ class TrainOutcome:
 
 
 def run_demo(settings: DemoSettings) -> DemoReport:
-    """Run the seven phases and write ``report.json`` and ``report.md`` under ``settings.out``.
+    """Run the seven phases and write ``report.json``, ``report.md`` and ``report.html`` under ``settings.out``.
 
     Raises:
         ConfigError: A model directory is missing (the message names the command that builds it).
@@ -271,12 +285,15 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         seed_set = {**seed_set, "vectors": grounding.pop("vectors")}
         weights, warm = phase("3 policy", lambda: _prepare_policy(settings, given_policy))
         before = phase("4 evaluate before", lambda: anyio.run(_evaluate, settings, weights, "before"))
-        held_out = phase("4 simulator on held-out steps", lambda: anyio.run(_held_out_fidelity, settings, sim_dir))
-        rollouts, shadow = phase("5 rollouts", lambda: anyio.run(_rollouts, settings, weights, sim_dir))
+        held_out, fidelity = phase(
+            "4 simulator on held-out steps", lambda: anyio.run(_held_out_fidelity, settings, sim_dir)
+        )
+        rollouts, shadow, examples = phase("5 rollouts", lambda: anyio.run(_rollouts, settings, weights, sim_dir))
         trained = phase("6 train", lambda: _train(settings, weights, sim_dir=sim_dir))
         after_weights = trained.policy if trained is not None else weights
         after = phase("7 evaluate after", lambda: anyio.run(_evaluate, settings, after_weights, "after"))
     store = anyio.run(_store_steps, settings.store_dir)
+    curve = anyio.run(_training_curve, settings) if trained is not None else ()
     report = DemoReport(
         settings=settings.as_dict(),
         models={"policy": f"{weights.directory.name}@{weights.digest[:16]}", **grounding},
@@ -290,6 +307,9 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         after=after,
         store=store,
         phases=phases,
+        held_out_fidelity=fidelity,
+        curve=curve,
+        examples=examples,
     )
     write_report(report, settings.out)
     return report
@@ -490,15 +510,22 @@ async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) 
     return result
 
 
-async def _held_out_fidelity(settings: DemoSettings, sim_dir: Path) -> ShadowScore:
+async def _held_out_fidelity(
+    settings: DemoSettings, sim_dir: Path
+) -> tuple[ShadowScore, dict[str, dict[str, FidelitySummary]]]:
     """Phase 4, then: the simulator's one-step predictions of the held-out real steps evaluation played.
 
     The model never trained on those seeds, and its retrieval (from the
     demo's store) leaves out every held-out (task, seed): the accuracy says
     how well it predicts pages it has not seen, on the states the policy visits.
+    ``dreamgym.validate`` scores it beside the two baselines (copy the top
+    retrieved transition's change, keep the page), on all the steps and by
+    whether the real page changed. Returns the model's counts beside always-0
+    and the majority class, and that table.
     """
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
-    from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
+    from dreamgym.simulator import load_experience_model
+    from dreamgym.validate import ValidationConfig, validate
 
     async with LmdbReplayStore(
         settings.eval_store_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False)
@@ -508,21 +535,21 @@ async def _held_out_fidelity(settings: DemoSettings, sim_dir: Path) -> ShadowSco
             steps += await held.get_steps(await held.task_seqs(f"miniwob/{name}", source="real"))
     async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
         model = load_experience_model(sim_dir, store=store)
-        queries = await teacher_forced_queries(
-            steps, store=store, neighbours=model.config.template.neighbours,
-            exclude_task_seeds=held_out_pairs(settings),
-        )  # fmt: skip
-        made = await predict_steps(model, queries)
-    score = score_predictions([step for step, _ in queries], made.predictions)
+        config = ValidationConfig(
+            neighbours=model.config.template.neighbours, exclude_task_seeds=held_out_pairs(settings), worst_cases=0
+        )
+        report = await validate(model, steps, store=store, config=config)
+    score = score_summary(report.one_step["model"], steps)
     log.info("demo: simulator right on %d/%d held-out rewards (always-0 %d, majority class %d)",
              score.reward_correct, score.n, score.zero_reward_correct, score.majority_reward_correct)  # fmt: skip
-    return score
+    return score, fidelity_by_change(report)
 
 
 async def _rollouts(
     settings: DemoSettings, weights: PolicyWeights, sim_dir: Path
-) -> tuple[RolloutFigures, ShadowScore]:
-    """Phase 5: mixed groups; the real ones shadowed by the simulator, whose predictions are then scored."""
+) -> tuple[RolloutFigures, ShadowScore, tuple[EpisodeExample, ...]]:
+    """Phase 5: mixed groups; the real ones shadowed by the simulator, whose predictions are then scored,
+    and three of the shadowed episodes kept to show step by step."""
     from dreamgym.jobs import StackSettings, mixed_groups, open_runtime
 
     policy = _policy_factory(weights, temperature=settings.temperature, seed=settings.seed + 1)
@@ -541,10 +568,19 @@ async def _rollouts(
         )  # fmt: skip
         results = await runtime.run_groups(groups, label="mixed rollouts (real ones shadowed)")
         figures = RolloutFigures.of(results, runtime.stats.snapshot())
-        shadow = await score_shadows(runtime.store, results)
+        shadowed = await shadowed_episodes(runtime.store, results)
+    shadow = score_shadows(shadowed)
     log.info("demo: rollouts: %d real and %d synthetic steps; simulator right on %d/%d shadowed rewards",
              figures.real_steps, figures.synthetic_steps, shadow.reward_correct, shadow.n)  # fmt: skip
-    return figures, shadow
+    return figures, shadow, pick_examples(shadowed)
+
+
+async def _training_curve(settings: DemoSettings) -> tuple[UpdateRewards, ...]:
+    """After phase 6: each update's played episodes by side (the demo's store) and TRL's reward (``metrics.jsonl``)."""
+    from dreamgym.replay import LmdbReplayStore
+
+    async with LmdbReplayStore(settings.store_dir, readonly=True) as store:
+        return await training_curve(store, settings.out / "train" / "metrics.jsonl")
 
 
 def _train(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> TrainOutcome | None:

@@ -19,14 +19,15 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 _CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1400px; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
-th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+.num { text-align: right; }
 th { background: #f4f4f4; }
 .na { color: #888; font-style: italic; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
 .case { border: 1px solid #ccc; padding: 8px; margin: 12px 0; }
 .episode { border: 2px solid #bbb; padding: 8px 12px; margin: 16px 0; }
 .episode > .case { border-color: #e3e3e3; }
+.episode h3 { margin: 4px 0 6px; }
 .side { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
 .side > div { min-width: 0; }
 pre { font-size: 12px; background: #fafafa; padding: 6px; overflow-x: auto; margin: 0;
@@ -63,8 +64,14 @@ class NA:
 
 
 def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> str:
-    """An HTML table; floats show three decimals, :class:`NA` shows "n/a", anything else its text (escaped)."""
-    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
+    """An HTML table; floats show three decimals, :class:`NA` shows "n/a", anything else its text (escaped).
+
+    Numbers are right-aligned, text left-aligned; a column's heading aligns with its first row.
+    """
+    rows = list(rows)
+    first = rows[0] if rows else ()
+    right = [n < len(first) and _numeric(first[n]) for n in range(len(header))]
+    head = "".join(f"<th{_NUM if r else ''}>{escape(str(h))}</th>" for h, r in zip(header, right, strict=True))
     lines = ["<table><tr>" + head + "</tr>"]
     for row in rows:
         lines.append("<tr>" + "".join(_cell(v) for v in row) + "</tr>")
@@ -72,11 +79,20 @@ def table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> str:
     return "".join(lines)
 
 
+_NUM = ' class="num"'
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, int | float | NA) and not isinstance(value, bool)
+
+
 def _cell(value: object) -> str:
     if isinstance(value, float):
-        return f"<td>{value:.3f}</td>"
+        return f'<td class="num">{value:.3f}</td>'
     if isinstance(value, NA):
-        return f'<td class="na" title="{escape(value.reason)}">n/a</td>'
+        return f'<td class="num na" title="{escape(value.reason)}">n/a</td>'
+    if _numeric(value):
+        return f'<td class="num">{value}</td>'
     return f"<td>{escape(str(value))}</td>"
 
 

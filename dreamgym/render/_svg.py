@@ -18,17 +18,22 @@ COLOURS = ("#3366cc", "#dc7633", "#7f8c8d", "#27ae60", "#8e44ad", "#c0392b")
 _FONT = 'font-family="sans-serif" font-size="11"'
 
 
-def _legend_width(names: Sequence[str]) -> int:
-    return sum(7 * len(name) + 30 for name in names)
+def _text_width(text: str) -> float:
+    """A generous estimate of the width of ``text`` at 11 px sans-serif."""
+    return 6.5 * len(text)
+
+
+def _legend_width(names: Sequence[str]) -> float:
+    return sum(_text_width(name) + 26 for name in names)
 
 
 def _legend(names: Sequence[str], x: float, y: float) -> list[str]:
     parts = []
     dx = x
     for n, name in enumerate(names):
-        parts.append(f'<rect x="{dx}" y="{y - 9}" width="10" height="10" fill="{COLOURS[n % len(COLOURS)]}"/>')
-        parts.append(f'<text x="{dx + 14}" y="{y}" {_FONT}>{escape(name)}</text>')
-        dx += 7 * len(name) + 30
+        parts.append(f'<rect x="{dx:.1f}" y="{y - 9}" width="10" height="10" fill="{COLOURS[n % len(COLOURS)]}"/>')
+        parts.append(f'<text x="{dx + 14:.1f}" y="{y}" {_FONT}>{escape(name)}</text>')
+        dx += _text_width(name) + 26
     return parts
 
 
@@ -42,33 +47,40 @@ def _y_axis(left: float, top: float, height: float, width: float) -> list[str]:
 
 
 def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequence[float]]) -> str:
-    """Grouped bars: one group per category, one bar per series (values in [0, 1])."""
+    """Grouped bars: one group per category, one bar per series (values in [0, 1]).
+
+    Groups share the plot's width evenly; category labels run at a slant below it.
+
+    Example:
+        >>> bar_chart("F1 by site", ["shop", "wiki"], {"model": [0.8, 0.6], "unchanged": [0.5, 0.4]})
+    """
     names = list(series)
-    bar, gap = 11, 10
-    group = bar * len(names) + gap
-    left, top, height = 44, 34, 180
-    label_room = min(150, 6 * max((len(c) for c in categories), default=1) + 10)
-    width = max(group * len(categories), _legend_width(names), 300)
-    total_w, total_h = left + width + label_room, top + height + label_room + 10
+    gap, left, top, height = 10, 44, 34, 180
+    width = max((11 * len(names) + gap) * len(categories), _legend_width(names), 280)
+    slot = width / max(1, len(categories))
+    bar = max(11.0, min(22.0, (slot - gap) / max(1, len(names))))
+    longest = _text_width(max(categories, key=len, default=""))
+    below = min(150.0, 0.66 * longest + 16)  # a label slanted at 40 degrees
+    right = max(10.0, min(150.0, 0.77 * longest + 8 - slot / 2))
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{total_h}" role="img">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + right:.0f}" '
+        f'height="{top + height + below:.0f}" role="img">',
         f"<title>{escape(title)}</title>",
         f'<text x="{left}" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
         *_legend(names, left, 28),
         *_y_axis(left, top, height, width),
     ]
     for c, category in enumerate(categories):
-        x0 = left + c * group + gap / 2
+        x0 = left + c * slot + (slot - bar * len(names)) / 2
         for s, name in enumerate(names):
             value = max(0.0, min(1.0, float(series[name][c])))
             h = height * value
-            x = x0 + s * bar
             colour = COLOURS[s % len(COLOURS)]
             parts.append(
-                f'<rect x="{x:.1f}" y="{top + height - h:.1f}" width="{bar - 1}" height="{h:.1f}" fill="{colour}">'
-                f"<title>{escape(category)} · {escape(name)}: {value:.3f}</title></rect>"
+                f'<rect x="{x0 + s * bar:.1f}" y="{top + height - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" '
+                f'fill="{colour}"><title>{escape(category)} · {escape(name)}: {value:.3f}</title></rect>'
             )
-        cx, cy = x0 + group / 2 - gap / 2, top + height + 8
+        cx, cy = left + (c + 0.5) * slot, top + height + 10
         parts.append(
             f'<text x="{cx:.1f}" y="{cy:.1f}" transform="rotate(40 {cx:.1f} {cy:.1f})" {_FONT}>'
             f"{escape(category)}</text>"
@@ -97,7 +109,8 @@ def line_chart(
     left, top, height = 44, 34, 180
     width = float(max(60 * len(xs), _legend_width(names), 300))
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" height="{top + height + 40}" role="img">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30:.0f}" height="{top + height + 40}" '
+        'role="img">',
         f"<title>{escape(title)}</title>",
         f'<text x="{left}" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
         *_legend(names, left, 28),

@@ -78,8 +78,8 @@ def test_a_page_forbids_loading_anything_and_escapes_its_title() -> None:
     html = page("a <b> report", [table(["", "model"], [["F1", 0.8], ["judge", NA("no judge given")]])])
     assert f'content="{CSP}"' in html
     assert "<title>a &lt;b&gt; report</title>" in html
-    assert "<td>0.800</td>" in html
-    assert '<td class="na" title="no judge given">n/a</td>' in html
+    assert '<td class="num">0.800</td>' in html
+    assert '<td class="num na" title="no judge given">n/a</td>' in html
     assert "<script" not in html
     assert not re.search(r"(src|href)=", html)
 
