@@ -1,4 +1,4 @@
-"""Small record builders and the command-line runner shared by the tests."""
+"""Small record builders, the command-line runner and a report-page opener shared by the tests."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dreamgym.agents import INDEX_TOKENS
+from dreamgym.bridge import BrowserPool
 from dreamgym.core import Observation, Step, Task, parse_action
 
 
@@ -82,3 +85,51 @@ def warm_index_labels(model: Any, tokenizer: Any, task: Task, pages: Sequence[Ob
         (loss / len(rows)).backward()
         optimizer.step()
     model.eval()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenedPage:
+    """What Chromium saw opening a local report page."""
+
+    problems: list[str]
+    """Console errors and warnings, and uncaught page errors."""
+    requests: list[str]
+    """Every URL the page asked for (its own ``file://`` address first)."""
+    probe: Any
+    """What the JavaScript ``probe`` returned."""
+
+
+OVERFLOWING_CHARTS = """() => [...document.querySelectorAll('svg')].filter(svg => {
+    const box = svg.getBoundingClientRect();
+    return [...svg.querySelectorAll('rect,text,circle,polyline')].some(el => {
+        const r = el.getBoundingClientRect();
+        return r.right > box.right + 1 || r.bottom > box.bottom + 1;
+    });
+}).length"""
+"""A page probe: how many SVG charts draw outside their own box."""
+
+
+DEMO_PAGE_PROBE = f"""() => ({{
+    banner: document.querySelector('div.banner').innerText,
+    headings: [...document.querySelectorAll('h2')].map(h => h.innerText),
+    episodes: document.querySelectorAll('div.episode').length,
+    sides: document.querySelectorAll('div.episode div.side').length,
+    overflowing: ({OVERFLOWING_CHARTS})(),
+    wider: document.documentElement.scrollWidth > window.innerWidth,
+}})"""
+"""What the demo page's tests read from Chromium: the verdict, the sections, the examples, the layout."""
+
+
+async def open_page(pool: BrowserPool, path: Path, probe: str) -> OpenedPage:
+    """Open the local page at ``path`` in one of ``pool``'s contexts; run ``probe`` (a JavaScript function) on it."""
+    problems: list[str] = []
+    requests: list[str] = []
+    async with pool.context() as lease:
+        page = await lease.context.new_page()
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        await page.goto(path.as_uri())
+        found = await page.evaluate(probe)
+        await page.close()
+    return OpenedPage(problems=problems, requests=requests, probe=found)

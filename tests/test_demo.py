@@ -7,9 +7,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from helpers import dreamgym
+from helpers import DEMO_PAGE_PROBE, OpenedPage, dreamgym, open_page
 from tiny_models import TASK
 
+from dreamgym.bridge import BrowserConfig, BrowserPool
 from dreamgym.core import ConfigError
 from dreamgym.jobs.demo import PHASES, DemoSettings
 from dreamgym.replay import LmdbReplayStore
@@ -73,6 +74,26 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     # Held-out pages stay in evaluation's own store, out of the simulator's reach.
     assert anyio.run(stored_seeds, out / "store") == {0, 1}
     assert anyio.run(stored_seeds, out / "eval-store") == {1000, 1001}
+
+    # The page: the fidelity table beside both baselines, the curve of both updates, the shadowed examples.
+    fidelity = report["simulator_held_out_fidelity"]
+    assert list(fidelity["all held-out steps"]) == ["model", "copy_top_retrieved", "unchanged"]
+    assert fidelity["all held-out steps"]["model"]["n"] == held["n"]
+    assert sum(split["model"]["n"] for name, split in fidelity.items() if name.startswith("page ")) == held["n"]
+    assert [row["update"] for row in report["learning_curve"]] == [1, 2]
+    shown = len(report["examples"])  # a solved, a failed, the worst predicted: of the 2 real rollout episodes here
+    assert 0 < shown <= min(3, report["rollouts"]["real_episodes"])
+    opened = anyio.run(open_demo_page, out / "report.html")
+    assert opened.problems == []
+    assert opened.requests == [(out / "report.html").as_uri()]
+    assert opened.probe["episodes"] == shown
+    assert opened.probe["overflowing"] == 0
+    assert "Simulator on held-out real steps, one step at a time" in opened.probe["headings"]
+
+
+async def open_demo_page(path: Path) -> OpenedPage:
+    async with BrowserPool(BrowserConfig(processes=1, max_contexts=1)) as pool:
+        return await open_page(pool, path, DEMO_PAGE_PROBE)
 
 
 def test_missing_default_experience_model_names_the_command_that_builds_it(tmp_path: Path) -> None:

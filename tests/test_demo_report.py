@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from helpers import DEMO_PAGE_PROBE, open_page
 from validate_helpers import INVENTED, TASK, OracleModel, WrongModel, all_steps, episodes, open_store
 
 from dreamgym.bridge import BrowserPool
@@ -205,37 +206,16 @@ async def test_report_json_carries_the_fidelity_table_the_curve_and_the_examples
 async def test_chromium_opens_the_demo_page_offline_without_errors(tmp_path: Path, pool: BrowserPool) -> None:
     write_report(await demo_report(tmp_path), tmp_path / "out")
     html_path = tmp_path / "out" / "report.html"
-    problems: list[str] = []
-    requests: list[str] = []
-    async with pool.context() as lease:
-        page = await lease.context.new_page()
-        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("request", lambda r: requests.append(r.url))
-        await page.goto(html_path.as_uri())
-        banner = await page.locator("div.banner").inner_text()
-        headings = await page.locator("h2").all_inner_texts()
-        episodes_shown = await page.locator("div.episode").count()
-        sides = await page.locator("div.episode div.side").count()
-        overflow = await page.evaluate(
-            """() => [...document.querySelectorAll('svg')].filter(svg => {
-                   const box = svg.getBoundingClientRect();
-                   return [...svg.querySelectorAll('rect,text,circle,polyline')].some(el => {
-                       const r = el.getBoundingClientRect();
-                       return r.right > box.right + 1 || r.bottom > box.bottom + 1;
-                   });
-               }).length"""
-        )
-        wider = await page.evaluate("() => document.documentElement.scrollWidth > window.innerWidth")
-        await page.close()
-    assert problems == []
-    assert requests == [html_path.as_uri()]  # the page itself, nothing else
-    assert banner.startswith("Did the policy learn? learnt")
-    assert "1/8" in banner
-    assert "8/8" in banner
-    assert "Simulator on held-out real steps, one step at a time" in headings
-    assert "Learning curve" in headings
-    assert episodes_shown == 3
-    assert sides == 7  # solved 2 steps + failed 3 + the worst 3, less its first (no usable prediction)
-    assert overflow == 0
-    assert not wider
+    opened = await open_page(pool, html_path, DEMO_PAGE_PROBE)
+    seen = opened.probe
+    assert opened.problems == []
+    assert opened.requests == [html_path.as_uri()]  # the page itself, nothing else
+    assert seen["banner"].startswith("Did the policy learn? learnt")
+    assert "1/8" in seen["banner"]
+    assert "8/8" in seen["banner"]
+    assert "Simulator on held-out real steps, one step at a time" in seen["headings"]
+    assert "Learning curve" in seen["headings"]
+    assert seen["episodes"] == 3
+    assert seen["sides"] == 7  # solved 2 steps + failed 3 + the worst 3, less its first (no usable prediction)
+    assert seen["overflowing"] == 0
+    assert not seen["wider"]  # nothing makes the page scroll sideways

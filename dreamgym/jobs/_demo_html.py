@@ -35,6 +35,10 @@ _METRICS = (
     ("f1", "element F1"),
 )
 _BANNER = {"learnt": "good", "worse": "bad"}
+_MISSING_SPLIT = {
+    "page changed": "No held-out step changed the page: there is no row of changed pages.",
+    "page unchanged": "Every held-out step changed the page: there is no row of unchanged pages.",
+}
 
 
 def render_demo_html(report: DemoReport) -> str:
@@ -127,7 +131,7 @@ def _fidelity(splits: Mapping[str, Mapping[str, FidelitySummary]]) -> list[str]:
     if not splits:
         return []
     rows = [
-        [split, PREDICTOR_NAMES.get(name, name), summary.n, *(getattr(summary, key) for key, _ in _METRICS)]
+        [split, PREDICTOR_NAMES.get(name, name), summary.n, *_figures(summary), summary.failures]
         for split, by_predictor in splits.items()
         for name, summary in by_predictor.items()
     ]
@@ -135,20 +139,26 @@ def _fidelity(splits: Mapping[str, Mapping[str, FidelitySummary]]) -> list[str]:
         bar_chart(
             f"one step: {split}",
             [label for _, label in _METRICS],
-            {PREDICTOR_NAMES.get(n, n): [getattr(s, key) for key, _ in _METRICS] for n, s in splits[split].items()},
+            {PREDICTOR_NAMES.get(name, name): _figures(summary) for name, summary in splits[split].items()},
         )
         for split in (ALL_STEPS, "page changed")
         if split in splits
     ]
+    missing = [note for split, note in _MISSING_SPLIT.items() if split not in splits]
     return [
         "<h2>Simulator on held-out real steps, one step at a time</h2>",
         '<p class="muted">Each held-out real step predicted from its real task, history, page and action (seeds '
         "the model never saw; retrieval never returns a held-out task and seed), beside copying the top retrieved "
         "transition's change and keeping the page. Keeping the page is right by construction wherever the page "
-        "did not change, so the steps where it changed are shown apart.</p>",
-        table(["steps", "predictor", "n", *(label for _, label in _METRICS)], rows),
+        "did not change, so the steps where it changed are shown apart. An unusable answer scores 0.</p>",
+        table(["steps", "predictor", "n", *(label for _, label in _METRICS), "unusable answers"], rows),
+        *(f'<p class="muted">{escape(note)}</p>' for note in missing),
         charts(bars),
     ]
+
+
+def _figures(summary: FidelitySummary) -> list[float]:
+    return [float(getattr(summary, key)) for key, _ in _METRICS]
 
 
 def _reward_baselines(held: ShadowScore, shadow: ShadowScore) -> list[str]:

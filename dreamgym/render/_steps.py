@@ -81,7 +81,8 @@ def step_box(view: StepView, *, context: bool = True) -> str:
     """One step's box: where it is, the action, the real and predicted outcomes, the pages.
 
     ``context`` heads it with the task, seed and goal (an :func:`episode_box`
-    shows those once, above its steps). The page before the action is folded
+    shows those once, above its steps). A blank action (a policy's answer
+    that was only whitespace) is shown quoted. The page before the action is folded
     away; the real next page stands beside the predicted one, or, without a
     usable prediction, the reason is shown and the real next page folded.
     """
@@ -90,7 +91,7 @@ def step_box(view: StepView, *, context: bool = True) -> str:
         f'<div class="case">{where} {view.step_index}{"" if context else "</b>"} · '
         f"similarity {view.similarity:.3f}, F1 {view.f1:.3f}<br>"
         + (f"goal: {escape(view.goal)}<br>" if context else "")
-        + f"action: <code>{escape(view.action)}</code><br>"
+        + f"action: <code>{escape(view.action.strip() or repr(view.action))}</code><br>"
         f"real: reward {view.real_reward:g}, {_ends(view.real_done)}{_outcome(view)}"
         f"<details><summary>page before the action</summary><pre>{escape(view.state)}</pre></details>"
     )

@@ -74,7 +74,7 @@ def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequen
         x0 = left + c * slot + (slot - bar * len(names)) / 2
         for s, name in enumerate(names):
             value = max(0.0, min(1.0, float(series[name][c])))
-            h = height * value
+            h = max(1.5, height * value)  # a sliver for 0, so a zero reads as a figure, not as a missing bar
             colour = COLOURS[s % len(COLOURS)]
             parts.append(
                 f'<rect x="{x0 + s * bar:.1f}" y="{top + height - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" '

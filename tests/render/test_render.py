@@ -67,6 +67,10 @@ def test_a_step_box_without_a_usable_prediction_says_why_and_folds_the_real_page
     assert "<summary>real next page</summary>" in html
 
 
+def test_a_blank_action_is_shown_quoted() -> None:
+    assert "action: <code>&#x27;\\n&#x27;</code>" in step_box(view(action="\n"))
+
+
 def test_an_episode_box_names_its_goal_once_and_boxes_each_step() -> None:
     html = episode_box("solved", "reward 1", [view(step_index=0), view(step_index=1)])
     assert html.count("goal: Log in as ana") == 1
