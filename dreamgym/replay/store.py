@@ -38,6 +38,7 @@ import os
 import signal
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -56,6 +57,7 @@ from dreamgym.core.errors import (
     StoreCorruptError,
     StoreError,
 )
+from dreamgym.core.progress import progress
 from dreamgym.core.protocols import Embedder, Neighbour
 from dreamgym.core.types import Episode, Record, Source, Step, Task, decode_record, encode_record
 from dreamgym.replay._index import TransitionIndex
@@ -624,6 +626,25 @@ class LmdbReplayStore:
 
         return await anyio.to_thread.run_sync(env.read, read)
 
+    async def embedded(self, seqs: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
+        """The stored embedding of each of ``seqs`` that has one (what :meth:`nearest` searches), by sequence number.
+
+        A step is embedded from ``transition_text`` of its goal (or its task's
+        instruction), action and page; a caller that needs that text's vector
+        can take it from here instead of embedding it again.
+        """
+        env = self._require_env()
+
+        def read(txn: lmdb.Transaction) -> dict[int, npt.NDArray[np.float32]]:
+            found = {}
+            for seq in seqs:
+                data = txn.get(_key(seq), db=env.db("vectors"))
+                if data is not None:
+                    found[seq] = np.frombuffer(vector_decoder.decode(data).vector, dtype=np.float32)
+            return found
+
+        return await anyio.to_thread.run_sync(env.read, read)
+
     # ------------------------------------------------------------------ indexing
 
     def _stored_vectors(self, after: int) -> Iterator[tuple[int, VectorEntry]]:
@@ -653,14 +674,22 @@ class LmdbReplayStore:
             BackendError: The embedder failed.
         """
         self._require_writable()
-        await self._index_pending()
+        await self._index_pending(report=True)
         async with self._index_lock:
             await anyio.to_thread.run_sync(self._index.save)
 
-    async def _index_pending(self) -> None:
+    async def _index_pending(self, *, report: bool = False) -> None:
+        """Embed and index every committed step not yet embedded; ``report``: as a progress phase of steps."""
         async with self._index_lock:
-            while not self._closed and await self._index_batch():
-                pass
+            waiting = max(0, self._next_seq - 1 - self._embedded_upto)
+            shown = report and waiting > 0
+            with progress("embed and index steps", total=waiting, unit="steps") if shown else nullcontext() as phase:
+                while not self._closed:
+                    began = self._embedded_upto
+                    if not await self._index_batch():
+                        break
+                    if phase is not None:
+                        phase.advance(self._embedded_upto - began)
             await anyio.to_thread.run_sync(self._index.grow)
 
     async def _index_batch(self) -> bool:

@@ -110,12 +110,18 @@ class SimTrainConfig:
     max_steps: int = -1
     """Stop after this many optimizer steps (-1: run the epochs); for smoke tests."""
     group_by_length: bool = True
-    """Batch examples of similar length together (transformers' length-grouped sampler, still shuffled in
-    chunks): on the offline default's examples a random batch of 8 is 37% padding, a grouped one 0.5%."""
+    """Batch examples of similar length together (shuffled in chunks): on the offline default's examples a
+    random batch of 8 is 37% padding, a grouped one 0.5%."""
+    loop: str = "plain"
+    """``"plain"``: dreamgym's own supervised loop (:mod:`dreamgym.simulator._loop`, about twice TRL's tokens
+    per second on a CPU); ``"trl"``: TRL's ``SFTTrainer``, the loop of earlier builds (kept to measure against,
+    ``benchmarks/sim_build.py``). Both train the same loss on the same tokens."""
 
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError("SimTrainConfig.epochs must be > 0 and batch_size >= 1")
+        if self.loop not in ("plain", "trl"):
+            raise ConfigError(f"SimTrainConfig.loop must be 'plain' or 'trl', not {self.loop!r}")
         if self.base != "scratch" and not Path(self.base).expanduser().is_dir():
             raise ConfigError(f"SimTrainConfig.base must be 'scratch' or a local model directory; {self.base!r} is not")
 
@@ -154,66 +160,64 @@ async def build_sft_examples(
             "the template asks for reasoning: annotate the store with a teacher first, or set reasoning=False"
         )
     held_out = set(exclude_task_seeds)
-    episodes = [
-        steps
-        for steps in await real_episodes(store)
-        if steps[0].episode_id not in exclude_episodes
-        and (steps[0].task_id, steps[0].seed) not in held_out
-        and (steps[0].task_id, None) not in held_out
+    numbered = [
+        rows
+        for rows in await _real_episode_rows(store)
+        if rows[0][1].episode_id not in exclude_episodes
+        and (rows[0][1].task_id, rows[0][1].seed) not in held_out
+        and (rows[0][1].task_id, None) not in held_out
     ]
+    episodes = [[step for _, step in rows] for rows in numbered]
     instructions = []
     for steps in episodes:
         task = await store.get_task(steps[0].task_id)
         instructions.append((task, steps[0].observation.goal or (task.instruction if task else steps[0].task_id)))
-    texts = [
-        transition_text(instruction, str(step.action), step.observation.state)
-        for steps, (_, instruction) in zip(episodes, instructions, strict=True)
-        for step in steps
-    ]
-    vectors = await embed_queries(store, texts) if template.neighbours else None
+    vectors = await _query_vectors(store, numbered, instructions) if template.neighbours else None
     examples = []
     row = 0
-    for steps, (task, instruction) in zip(episodes, instructions, strict=True):
-        for step in steps:
-            neighbours: tuple[Neighbour, ...] = ()
-            if vectors is not None:
-                neighbours = tuple(
-                    await store.nearest(
-                        vectors[row],
-                        template.neighbours,
-                        source="real",
-                        site=step.site or None,
-                        exclude_episodes=(*exclude_episodes, step.episode_id),
-                        exclude_task_seeds=(*exclude_task_seeds, (step.task_id, step.seed)),
+    with progress("build SFT examples (retrieval, prompts)", total=sum(map(len, episodes)), unit="steps") as phase:
+        for steps, (task, instruction) in zip(episodes, instructions, strict=True):
+            for step in steps:
+                neighbours: tuple[Neighbour, ...] = ()
+                if vectors is not None:
+                    neighbours = tuple(
+                        await store.nearest(
+                            vectors[row],
+                            template.neighbours,
+                            source="real",
+                            site=step.site or None,
+                            exclude_episodes=(*exclude_episodes, step.episode_id),
+                            exclude_task_seeds=(*exclude_task_seeds, (step.task_id, step.seed)),
+                        )
                     )
-                )
-            row += 1
-            query = ExperienceQuery(
-                task=task or _bare_task(step, instruction),
-                history=tuple((s.observation, s.action) for s in steps[: step.step_index]),
-                observation=step.observation,
-                action=step.action,
-                neighbours=neighbours,
-                seed=step.seed,
-            )
-            target = answer_text(
-                template,
-                observation=step.observation,
-                next_observation=step.next_observation,
-                reward=step.reward,
-                done=step.terminated,
-                reasoning=(reasoning or {}).get((step.episode_id, step.step_index), ""),
-            )
-            examples.append(
-                SFTExample(
-                    messages=tuple(template.messages(query)),
-                    completion=target,
-                    episode_id=step.episode_id,
-                    step_index=step.step_index,
-                    task_id=step.task_id,
+                row += 1
+                query = ExperienceQuery(
+                    task=task or _bare_task(step, instruction),
+                    history=tuple((s.observation, s.action) for s in steps[: step.step_index]),
+                    observation=step.observation,
+                    action=step.action,
+                    neighbours=neighbours,
                     seed=step.seed,
                 )
-            )
+                target = answer_text(
+                    template,
+                    observation=step.observation,
+                    next_observation=step.next_observation,
+                    reward=step.reward,
+                    done=step.terminated,
+                    reasoning=(reasoning or {}).get((step.episode_id, step.step_index), ""),
+                )
+                examples.append(
+                    SFTExample(
+                        messages=tuple(template.messages(query)),
+                        completion=target,
+                        episode_id=step.episode_id,
+                        step_index=step.step_index,
+                        task_id=step.task_id,
+                        seed=step.seed,
+                    )
+                )
+                phase.advance()
     return examples
 
 
@@ -223,15 +227,47 @@ def _bare_task(step: Step, instruction: str) -> Task:
 
 async def real_episodes(store: ReplayStore) -> list[list[Step]]:
     """Every real episode's steps, in order, episodes in commit order of their first step."""
-    by_episode: dict[str, list[Step]] = {}
+    return [[step for _, step in rows] for rows in await _real_episode_rows(store)]
+
+
+async def _real_episode_rows(store: ReplayStore) -> list[list[tuple[int, Step]]]:
+    """Every real episode's (sequence number, step) rows, in step order, episodes in commit order."""
+    by_episode: dict[str, list[tuple[int, Step]]] = {}
     iter_records = getattr(store, "iter_records", None)
     if iter_records is None:
         raise ConfigError("building SFT examples needs a store that can iterate its steps (LmdbReplayStore)")
-    for _key, data in iter_records("steps"):
+    for key, data in iter_records("steps"):
         step = decode_record(data, Step)
         if step.source == "real":
-            by_episode.setdefault(step.episode_id, []).append(step)
-    return [sorted(steps, key=lambda s: s.step_index) for steps in by_episode.values()]
+            by_episode.setdefault(step.episode_id, []).append((int.from_bytes(key, "big"), step))
+    return [sorted(rows, key=lambda row: row[1].step_index) for rows in by_episode.values()]
+
+
+async def _query_vectors(
+    store: ReplayStore, episodes: Sequence[Sequence[tuple[int, Step]]], instructions: Sequence[tuple[Any, str]]
+) -> Any:
+    """Each step's retrieval query vector (rows in episode order): the store's own embedding of the step where it
+    holds one for the same text, the rest embedded now (a store embeds a step from its goal, action and page,
+    the query's text when the goal is the instruction; embedding thousands of pages twice cost minutes)."""
+    import numpy as np
+
+    rows = [(seq, step, instruction) for steps, (_, instruction) in zip(episodes, instructions, strict=True)
+            for seq, step in steps]  # fmt: skip
+    texts = [transition_text(instruction, str(step.action), step.observation.state) for _, step, instruction in rows]
+    embedded = getattr(store, "embedded", None)
+    if embedded is None:
+        return await embed_queries(store, texts)
+    stored = await embedded([seq for seq, step, instruction in rows if step.observation.goal == instruction])
+    missing = [n for n, (seq, _, _) in enumerate(rows) if seq not in stored]
+    if not stored:
+        return await embed_queries(store, texts)
+    vectors = np.zeros((len(rows), next(iter(stored.values())).shape[0]), dtype=np.float32)
+    for n, (seq, _, _) in enumerate(rows):
+        if seq in stored:
+            vectors[n] = stored[seq]
+    if missing:
+        vectors[missing] = await embed_queries(store, [texts[n] for n in missing])
+    return vectors
 
 
 # --------------------------------------------------------------------------- teacher
@@ -288,31 +324,120 @@ def train_experience_model(
     template: TemplateConfig,
     extra_metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Fine-tune (or train from scratch) an experience model on ``examples`` with TRL's SFT trainer.
+    """Fine-tune (or train from scratch) an experience model on ``examples``.
 
-    Blocking (run it in a worker thread from async code). Writes a directory
-    that :meth:`~dreamgym.simulator.LocalBackend.load` reads, and
+    Blocking (run it in a worker thread from async code). The loss covers the
+    answer's tokens only; ``config.loop`` picks dreamgym's plain loop or TRL's
+    ``SFTTrainer``. Writes a directory that
+    :meth:`~dreamgym.simulator.LocalBackend.load` reads, and
     ``dreamgym_model.json`` with the base, the template id, whether it was
-    trained with reasoning, the example count and ``extra_metadata``.
+    trained with reasoning, the example count, the training figures and
+    ``extra_metadata``.
 
     Raises:
         ConfigError: No examples, or none fits ``max_length``.
     """
+    if not examples:
+        raise ConfigError("no SFT examples: collect real transitions into the store first (dreamgym collect)")
+    out = Path(out_dir).expanduser()
+    started = time.time()
+    model, tokenizer = _base_model(examples, config)
+    peft_config = _lora_config(config)
+    what = f"train the experience model ({len(examples)} examples)"
+    if config.loop == "trl":
+        trained, kept, dropped, figures = _train_with_trl(model, tokenizer, examples, config, peft_config, out, what)
+    else:
+        trained, kept, dropped, figures = _train_plain(model, tokenizer, examples, config, peft_config, what)
+    trained.save_pretrained(str(out))  # an adapter (LoRA) or the whole model
+    tokenizer.save_pretrained(str(out))
+    metadata = {
+        "base": config.base if config.base == "scratch" else str(Path(config.base).expanduser().resolve()),
+        "lora": peft_config is not None,
+        "template_id": template.template_id,
+        "template": asdict(template),
+        "trained_with_reasoning": template.reasoning,
+        "examples": kept,
+        "dropped_too_long": dropped,
+        "episodes": len({e.episode_id for e in examples}),
+        "tasks": sorted({e.task_id for e in examples}),
+        **figures,
+        "train_seconds": round(time.time() - started, 1),
+        "config": asdict(config),
+        **(extra_metadata or {}),
+    }
+    (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
+    _remove_tree(out / "_trainer")
+    return out
+
+
+def _lora_config(config: SimTrainConfig) -> Any:
+    if config.base == "scratch" or not config.lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=2 * config.lora_rank,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        task_type="CAUSAL_LM",
+    )
+
+
+def _train_plain(
+    model: Any, tokenizer: Any, examples: Sequence[SFTExample], config: SimTrainConfig, peft_config: Any, what: str
+) -> tuple[Any, int, int, dict[str, Any]]:
+    """dreamgym's loop: returns the trained model, the examples kept and dropped, and the run's figures."""
+    from dreamgym.simulator._loop import fit, tokenize_example
+
+    rows = []
+    for example in examples:
+        row = tokenize_example(tokenizer, *_conversation(example))
+        if len(row) <= config.max_length:
+            rows.append(row)
+    dropped = _check_kept(len(rows), len(examples), config.max_length)
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft_config)
+    result = fit(
+        model, rows, pad_id=tokenizer.pad_token_id, epochs=config.epochs, batch_size=config.batch_size,
+        learning_rate=config.lr, seed=config.seed, max_steps=config.max_steps,
+        group_by_length=config.group_by_length, what=what,
+    )  # fmt: skip
+    figures = {
+        "train_loss": result.loss,
+        "train_steps": result.steps,
+        "train_tokens": result.tokens,
+        "padding_share": round(1 - result.tokens / max(result.padded_tokens, 1), 4),
+        "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 1),
+    }
+    return model, len(rows), dropped, figures
+
+
+def _train_with_trl(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[SFTExample],
+    config: SimTrainConfig,
+    peft_config: Any,
+    out: Path,
+    what: str,
+) -> tuple[Any, int, int, dict[str, Any]]:
+    """TRL's ``SFTTrainer``, as earlier builds trained: the same loss on the same tokens, more per-step work."""
+    import datasets
     from datasets import Dataset
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
 
-    if not examples:
-        raise ConfigError("no SFT examples: collect real transitions into the store first (dreamgym collect)")
-    import datasets
-
     datasets.disable_progress_bars()  # TRL's dataset preparation: progress goes through dreamgym.core.progress
-    out = Path(out_dir).expanduser()
-    started = time.time()
-    model, tokenizer = _base_model(examples, config)
-    rows, dropped = _rows(examples, tokenizer, config.max_length)
-    if not rows:
-        raise ConfigError(f"every example is longer than max_length={config.max_length} tokens; raise it")
+    rows = [
+        {"prompt": prompt, "completion": completion}
+        for example in examples
+        for prompt, completion in [_conversation(example)]
+        if _length(tokenizer, prompt + completion) <= config.max_length
+    ]
+    dropped = _check_kept(len(rows), len(examples), config.max_length)
     args = SFTConfig(
         output_dir=str(out / "_trainer"),
         num_train_epochs=config.epochs,
@@ -333,18 +458,8 @@ def train_experience_model(
         dataloader_num_workers=0,
         disable_tqdm=True,
         train_sampling_strategy="group_by_length" if config.group_by_length else "random",
+        include_num_input_tokens_seen="non_padding",
     )
-    peft_config = None
-    if config.base != "scratch" and config.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=config.lora_rank,
-            lora_alpha=2 * config.lora_rank,
-            lora_dropout=0.0,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-            task_type="CAUSAL_LM",
-        )
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -352,28 +467,36 @@ def train_experience_model(
         processing_class=tokenizer,
         peft_config=peft_config,
     )
-    result = _train_reporting(trainer, f"train the experience model ({len(rows)} examples)")
-    trained: Any = trainer.model
-    trained.save_pretrained(str(out))  # an adapter (LoRA) or the whole model
-    tokenizer.save_pretrained(str(out))
-    metadata = {
-        "base": config.base if config.base == "scratch" else str(Path(config.base).expanduser().resolve()),
-        "lora": peft_config is not None,
-        "template_id": template.template_id,
-        "template": asdict(template),
-        "trained_with_reasoning": template.reasoning,
-        "examples": len(rows),
-        "dropped_too_long": dropped,
-        "episodes": len({e.episode_id for e in examples}),
-        "tasks": sorted({e.task_id for e in examples}),
+    began = time.perf_counter()
+    result = _train_reporting(trainer, what)
+    seconds = time.perf_counter() - began
+    tokens = int(trainer.state.num_input_tokens_seen or 0)
+    figures = {
         "train_loss": result.training_loss,
-        "train_seconds": round(time.time() - started, 1),
-        "config": asdict(config),
-        **(extra_metadata or {}),
+        "train_steps": trainer.state.global_step,
+        **({"tokens_per_second": round(tokens / max(seconds, 1e-9), 1)} if tokens else {}),
     }
-    (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
-    _remove_tree(out / "_trainer")
-    return out
+    return trainer.model, len(rows), dropped, figures
+
+
+def _conversation(example: SFTExample) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    prompt = [{"role": m.role, "content": m.content} for m in example.messages]
+    return prompt, [{"role": "assistant", "content": example.completion}]
+
+
+def _length(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _check_kept(kept: int, given: int, max_length: int) -> int:
+    """How many examples were dropped as too long; warns of them, and refuses a run with none left."""
+    if not kept:
+        raise ConfigError(f"every example is longer than max_length={max_length} tokens; raise it")
+    dropped = given - kept
+    if dropped:
+        log.warning("%d of %d SFT examples are over %d tokens and were left out", dropped, given, max_length)
+    return dropped
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
@@ -408,22 +531,6 @@ def _train_reporting(trainer: Any, what: str) -> Any:
     with progress(what, unit="steps") as phase:
         trainer.add_callback(Report(phase))
         return trainer.train()
-
-
-def _rows(examples: Sequence[SFTExample], tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
-    rows = []
-    dropped = 0
-    for example in examples:
-        prompt = [{"role": m.role, "content": m.content} for m in example.messages]
-        completion = [{"role": "assistant", "content": example.completion}]
-        text = tokenizer.apply_chat_template(prompt + completion, tokenize=False)
-        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) > max_length:
-            dropped += 1
-            continue
-        rows.append({"prompt": prompt, "completion": completion})
-    if dropped:
-        log.warning("%d of %d SFT examples are over %d tokens and were left out", dropped, len(examples), max_length)
-    return rows, dropped
 
 
 def _base_model(examples: Sequence[SFTExample], config: SimTrainConfig) -> tuple[Any, Any]:
