@@ -51,7 +51,8 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     assert report["real_steps"] == (
         report["seed_set"]["steps"] + report["rollouts"]["real_steps"] + metrics["train/real_steps"]
     )
-    assert report["seed_set"]["steps"] > 0 and report["seed_set"]["episodes"] == 4  # 2 seeds x (demonstrator + 1)
+    assert report["seed_set"]["steps"] > 0
+    assert report["seed_set"]["episodes"] == 6  # 2 seeds x (demonstrator + explorer + near miss)
     assert report["rollouts"]["real_groups"] == report["rollouts"]["synthetic_groups"] == 1
     assert report["rollouts"]["real_steps"] > 0 and report["synthetic_steps"] > 0
     for phase in ("before", "after"):
@@ -126,6 +127,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "train_seeds": (("--train-seeds", "0-2,7"), (0, 1, 2, 7)),
         "held_out_seeds": (("--held-out-seeds", "1000-1001"), (1000, 1001)),
         "explorers": (("--explorers", "2"), 2),
+        "near_misses": (("--near-misses", "0"), 0),
         "group_size": (("--group-size", "3"), 3),
         "rollout_groups": (("--rollout-groups", "5"), 5),
         "real_share": (("--real-share", "0.5"), 0.5),

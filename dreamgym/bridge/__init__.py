@@ -9,7 +9,13 @@ WebArena's end-of-episode evaluation. See each module's docstring.
 from dreamgym.bridge.allowlist import Allowlist, origin_of
 from dreamgym.bridge.browser import CHROMIUM_ARGS, BrowserConfig, BrowserPool, ContextLease, find_chromium
 from dreamgym.bridge.capture import CapturedState, RefMap, render_snapshot
-from dreamgym.bridge.demonstrators import DEMONSTRATORS, MiniWobDemonstrator, demonstrate
+from dreamgym.bridge.demonstrators import (
+    DEMONSTRATORS,
+    MiniWobDemonstrator,
+    NearMissDemonstrator,
+    demonstrate,
+    mistaken_goal,
+)
 from dreamgym.bridge.env import BrowserEnv, EnvConfig
 from dreamgym.bridge.evaluators import HELPERS, Judge, SiteUrls, evaluate_webarena, helper
 from dreamgym.bridge.miniwob import (
@@ -50,6 +56,7 @@ __all__ = [
     "Judge",
     "MiniWobDemonstrator",
     "MiniWobSite",
+    "NearMissDemonstrator",
     "RefMap",
     "Site",
     "SiteUrls",
@@ -62,6 +69,7 @@ __all__ = [
     "helper",
     "load_webarena",
     "miniwob_tasks",
+    "mistaken_goal",
     "origin_of",
     "placeholders",
     "render_snapshot",

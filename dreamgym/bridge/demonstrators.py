@@ -11,6 +11,7 @@ searching (see :data:`DEMONSTRATORS`).
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Callable, Sequence
 
@@ -19,7 +20,7 @@ from dreamgym.core.protocols import PolicyDecision
 from dreamgym.core.state import Element, State, flatten, parse_state
 from dreamgym.core.types import Action, Observation, Step, Task
 
-__all__ = ["DEMONSTRATORS", "MiniWobDemonstrator", "demonstrate"]
+__all__ = ["DEMONSTRATORS", "MiniWobDemonstrator", "NearMissDemonstrator", "demonstrate", "mistaken_goal"]
 
 Rule = Callable[[str, State, Sequence[Action]], str]
 """(goal, state, the episode's earlier actions) -> the next action's text."""
@@ -217,3 +218,49 @@ class MiniWobDemonstrator:
         history_actions = [step.action for step in history]
         text = demonstrate(name, observation.goal or task.instruction, observation.state, history_actions)
         return PolicyDecision(action=parse_action(text))
+
+
+class NearMissDemonstrator:
+    """The demonstrator following a goal that is wrong in one detail: near misses, failures that look like successes.
+
+    At an episode's first step it changes one thing the goal names: a quoted
+    text gets one character wrong, or a named choice (a checkbox, a radio
+    button, a tab...) becomes another choice of the same kind on the page.
+    Then it plays the demonstrator's rule on that goal to the end, Submit
+    included. These are the failures a policy cloned from the demonstrator
+    makes, and the ones an experience model must tell from a success by their
+    detail (a random explorer seldom fills a form and submits it). A goal
+    with nothing to change is played as it is. Deterministic for a ``seed``.
+    """
+
+    policy_id = "near-miss-demonstrator"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = random.Random(seed)
+        self._goals: dict[str, str] = {}
+
+    async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
+        goal = observation.goal or task.instruction
+        if not history or goal not in self._goals:
+            self._goals = {goal: mistaken_goal(goal, parse_state(observation.state), self.rng)}
+        name = task.task_id.removeprefix("miniwob/")
+        text = demonstrate(name, self._goals[goal], observation.state, [step.action for step in history])
+        return PolicyDecision(action=parse_action(text))
+
+
+def mistaken_goal(goal: str, state: State, rng: random.Random) -> str:
+    """``goal`` with one named detail changed (see :class:`NearMissDemonstrator`); ``goal`` if it names none."""
+    quoted = [q for q in _quoted(goal) if q]
+    if quoted:
+        wrong = rng.choice(quoted)
+        last = "x" if wrong[-1] != "x" else "y"
+        return goal.replace(f'"{wrong}"', f'"{wrong[:-1]}{last}"', 1)
+    choices = [e for e in _elements(state) if e.name and e.role not in ("button", "generic", "text")]
+    named = [e for e in choices if re.search(rf"(?<!\w){re.escape(e.name)}(?!\w)", goal)]
+    if not named:
+        return goal
+    target = rng.choice(named)
+    others = sorted({e.name for e in choices if e.role == target.role and e.name not in goal})
+    if not others:
+        return goal
+    return re.sub(rf"(?<!\w){re.escape(target.name)}(?!\w)", rng.choice(others), goal, count=1)

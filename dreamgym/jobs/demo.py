@@ -124,6 +124,10 @@ class DemoSettings:
     The defaults are among the offline default model's held-out seeds too."""
     explorers: int = 1
     """Random-explorer episodes per (task, training seed) in the seed set, beside one demonstrator episode."""
+    near_misses: int = 1
+    """Near-miss episodes per (task, training seed) in the seed set (the demonstrator on a goal wrong in one
+    detail: one box or one text, then Submit): they teach the experience model what separates a success from a
+    failure."""
     group_size: int = 8
     """Episodes per rollout group (GRPO's G)."""
     rollout_groups: int = 4
@@ -179,8 +183,8 @@ class DemoSettings:
             )
         if set(self.train_seeds) & set(self.held_out_seeds):
             raise ConfigError("held-out seeds must differ from training seeds, or evaluation measures memory")
-        for name in ("explorers", "max_steps", "real_concurrency"):
-            if getattr(self, name) < (0 if name == "explorers" else 1):
+        for name in ("explorers", "near_misses", "max_steps", "real_concurrency"):
+            if getattr(self, name) < (0 if name in ("explorers", "near_misses") else 1):
                 raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
         if self.group_size < 1 or self.rollout_groups < 1:
             raise ConfigError("DemoSettings.group_size and rollout_groups must be >= 1")
@@ -361,7 +365,8 @@ def policy_model_dir(settings: DemoSettings) -> Path | None:
 
 
 async def _collect(settings: DemoSettings) -> dict[str, int]:
-    """Phase 1: a demonstrator and ``explorers`` random episodes per (task, training seed), real, into the store."""
+    """Phase 1: a demonstrator, ``explorers`` random and ``near_misses`` near-miss episodes per (task,
+    training seed), real, into the store."""
     from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import LmdbReplayStore, StoreConfig
 
@@ -369,6 +374,7 @@ async def _collect(settings: DemoSettings) -> dict[str, int]:
         tasks=settings.tasks,
         seeds=settings.train_seeds,
         explorers=settings.explorers,
+        near_misses=settings.near_misses,
         max_steps=settings.max_steps,
         contexts=settings.real_concurrency,
     )

@@ -42,6 +42,7 @@ from dreamgym.bridge import (
     BrowserPool,
     MiniWobDemonstrator,
     MiniWobSite,
+    NearMissDemonstrator,
 )
 from dreamgym.core.protocols import Embedder, Policy
 from dreamgym.core.types import Observation
@@ -68,6 +69,7 @@ __all__ = [
     "default_store_dir",
     "ensure_held_out",
     "held_out_store_dir",
+    "no_op_answer",
     "train_on_store",
 ]
 
@@ -80,6 +82,9 @@ HELD_OUT_SEEDS = range(1000, 1010)
 """Seeds never collected for training: evaluations of the default model use these."""
 DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
 DEFAULT_TRAINING = SimTrainConfig(base="scratch", epochs=2, max_length=1536)
+BEFORE_TRAINING = SimTrainConfig(base="scratch", epochs=2, max_length=1536, loop="trl", group_by_length=False)
+"""How the default was trained until 2026-12 (TRL's loop, random batches): ``benchmarks/sim_build.py`` builds it
+beside :data:`DEFAULT_TRAINING` to measure the difference."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +96,9 @@ class CollectPlan:
     demonstrator: bool = True
     explorers: int = 1
     """Random-explorer episodes per (task, seed)."""
+    near_misses: int = 0
+    """Near-miss episodes per (task, seed) (:class:`~dreamgym.bridge.NearMissDemonstrator`: the demonstrator on a
+    goal wrong in one detail): failures that look like successes but for that detail."""
     max_steps: int = 8
     contexts: int = 2
     """Episodes in flight at once (browser contexts)."""
@@ -132,6 +140,7 @@ async def collect_miniwob(store: LmdbReplayStore, plan: CollectPlan) -> int:
         for seed in plan.seeds:
             policies: list[Policy] = [MiniWobDemonstrator()] if plan.demonstrator else []
             policies.extend(RandomExplorer(seed * 7919 + n) for n in range(plan.explorers))
+            policies.extend(NearMissDemonstrator(seed=seed * 104729 + n) for n in range(plan.near_misses))
             groups.extend(GroupSpec(task=task, seed=seed, source="real", policy=p) for p in policies)
     config = RuntimeConfig(max_steps=plan.max_steps, real_concurrency=plan.contexts)
     try:
@@ -219,11 +228,16 @@ def balance(examples: list[SFTExample], *, no_op_share: float = NO_OP_SHARE, see
     Training cost on 2 cores is set by tokens, and thousands of near-identical
     "nothing happened" examples teach little that a few hundred do not.
     """
-    no_op = answer_text(DEFAULT_TEMPLATE, observation=_EMPTY, next_observation=_EMPTY, reward=0.0, done=False)
+    no_op = no_op_answer()
     idle = [e for e in examples if e.completion == no_op]
     rest = [e for e in examples if e.completion != no_op]
     keep = min(len(idle), int(no_op_share * len(rest) / (1 - no_op_share)))
     return rest + random.Random(seed).sample(idle, keep)
+
+
+def no_op_answer() -> str:
+    """The default template's answer for a step that changed nothing, earned nothing and did not end."""
+    return answer_text(DEFAULT_TEMPLATE, observation=_EMPTY, next_observation=_EMPTY, reward=0.0, done=False)
 
 
 _EMPTY = Observation(state="[e1] generic")

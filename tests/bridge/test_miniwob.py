@@ -19,7 +19,9 @@ from dreamgym.bridge import (
     BrowserPool,
     MiniWobDemonstrator,
     MiniWobSite,
+    NearMissDemonstrator,
     all_tasks,
+    mistaken_goal,
     text_tasks,
 )
 from dreamgym.core import (
@@ -78,6 +80,36 @@ async def test_random_valid_actions_rarely_succeed(pool: BrowserPool, miniwob: M
     episodes = 2 * len(DEMONSTRATORS)
     assert sum(solved.values()) <= episodes // 3, solved
     assert sum(1 for wins in solved.values() if wins == 0) >= len(DEMONSTRATORS) // 2, solved
+
+
+async def test_near_miss_demonstrators_fail_one_detail_short_of_the_goal(
+    pool: BrowserPool, miniwob: MiniWobSite
+) -> None:
+    """On a goal wrong in one detail the demonstrator still fills the form and submits: a failure that ends the
+    episode, one step from the success it resembles."""
+    env = BrowserEnv(pool, sites=[miniwob])
+    for name in ("click-checkboxes", "click-option", "login-user", "enter-password"):
+        for seed in range(3):
+            steps, episode = await run_episode(
+                env, NearMissDemonstrator(seed=seed), miniwob.task(name), seed=seed, max_steps=8
+            )
+            assert steps[-1].terminated, f"{name} seed {seed}"
+            assert not episode.success, f"{name} seed {seed}"
+            assert "submit" in str(steps[-1].action).lower() or "login" in str(steps[-1].action).lower()
+    await env.aclose()
+
+
+def test_a_mistaken_goal_changes_one_quoted_text_or_one_named_choice() -> None:
+    import random
+
+    login = 'Enter the username "lyda" and the password "Tb3" into the text fields and press login.'
+    changed = mistaken_goal(login, parse_state('[e1] textbox "Username"'), random.Random(0))
+    assert changed != login
+    assert len(changed) == len(login)
+    boxes = parse_state('[e1] checkbox "ab"\n[e2] checkbox "cd"\n[e3] checkbox "ef"\n[e4] button "Submit"')
+    picked = mistaken_goal("Select ab, cd and click Submit", boxes, random.Random(1))
+    assert picked in ("Select ef, cd and click Submit", "Select ab, ef and click Submit")
+    assert mistaken_goal("Click the button", parse_state('[e1] button "Go"'), random.Random(0)) == "Click the button"
 
 
 DETERMINISTIC = [n for n in text_tasks(deterministic_only=True) if not n.startswith("flight.")][:40:2]
