@@ -26,7 +26,7 @@ bench: setup
 	$(VENV)/bin/python benchmarks/replay_bench.py
 
 sim-default: setup  ## build the offline default experience model once (collect in Chromium, then train)
-	$(VENV)/bin/python -m dreamgym.jobs.sim_default
+	$(VENV)/bin/dreamgym sim build-default
 
 clean:
 	rm -rf $(VENV) .cache

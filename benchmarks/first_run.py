@@ -7,13 +7,19 @@ linked beside it, as the project expects), points ``DREAMGYM_CACHE`` at an
 empty directory (the same as removing ``~/.cache/dreamgym``), and runs the
 two halves of ``make demo`` one after the other, timing each:
 ``make setup`` (the virtualenv, torch, the packages, Chromium, the model
-caches) and ``dreamgym demo`` with its defaults. Prints one JSON line with
-``setup_s``, ``demo_s`` and ``total_s`` (the total against the 15-minute
-target as the ratio), the demo's own phase times, its held-out success before
-and after and its simulator's held-out reward and end-of-episode accuracy.
-With ``--commit-results`` the same goes to ``benchmarks/results/first_run.json``
-with the date, the commit and the command. ``make demo`` no longer builds the
-offline default experience model, so the row has no ``sim_default_build_s``.
+caches) and ``dreamgym demo`` with its defaults. Then, in the same clone and
+cache, it builds the offline default experience model as a user would
+(``make sim-default``, timed: ``sim_default_build_s``; not part of ``make
+demo``, which trains its own demo-size model) and scores it on its held-out
+seeds (``dreamgym sim eval --json``: every real step of seeds 1000–1009, one
+step teacher-forced), unless ``--skip-default``. Prints one JSON line with
+``setup_s``, ``demo_s`` and ``total_s`` (the fresh-clone ``make demo``,
+against the 15-minute target as the ratio), the demo's own phase times, its
+held-out success before and after, its simulator's held-out figures, and the
+default model's build time, digest, ``reward_accuracy`` and
+``termination_accuracy``. With ``--commit-results`` the same goes to
+``benchmarks/results/first_run.json`` with the date, the commit and the
+command.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, default=None, help="clone into DIR and keep it (default: a temporary one)")
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/first_run.json")
+    parser.add_argument("--skip-default", action="store_true", help="do not build and score the offline default")
     args = parser.parse_args()
     commit = _commit()
     base = args.keep or Path(tempfile.mkdtemp(prefix="dreamgym-first-run-"))
@@ -56,6 +63,7 @@ def main() -> int:
     demo_s = _timed([str(clone / ".venv" / "bin" / "dreamgym"), "demo"], clone, env)
     demo = json.loads((clone / ".cache" / "demo" / "report.json").read_text())
     total_s = setup_s + demo_s
+    default = {} if args.skip_default else _offline_default(clone, env)
     row: dict[str, Any] = {
         "setup_s": round(setup_s, 1),
         "demo_s": round(demo_s, 1),
@@ -70,6 +78,7 @@ def main() -> int:
         "termination_accuracy": round(demo["simulator_held_out"]["done_accuracy"], 4),
         "always_0_reward_accuracy": round(demo["simulator_held_out"]["zero_reward_accuracy"], 4),
         "held_out_steps": demo["simulator_held_out"]["n"],
+        **default,
         "cores": os.cpu_count(),
     }
     report.emit("first_run_total", total_s, "s", "the 15-minute target", TARGET_S, digits=1, **row)
@@ -83,6 +92,40 @@ def main() -> int:
         }
         (ROOT / "benchmarks" / "results" / "first_run.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def _offline_default(clone: Path, env: dict[str, str]) -> dict[str, Any]:
+    """``make sim-default`` timed in the clone, then the model's one-step figures on its held-out seeds."""
+    build_s = _timed(["make", "sim-default"], clone, env)
+    eval_s = time.perf_counter()
+    printed = subprocess.run(
+        [str(clone / ".venv" / "bin" / "dreamgym"), "sim", "eval", "--model", "default", "--json"],
+        cwd=clone, env=env, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    eval_s = time.perf_counter() - eval_s
+    rows = {row["name"]: row for row in map(json.loads, printed.splitlines()) if row.get("name")}
+    model = rows["model"]
+    meta = json.loads((Path(env["DREAMGYM_CACHE"]) / "sim-miniwob" / "dreamgym_model.json").read_text())
+    return {
+        "sim_default_build_s": round(build_s, 1),
+        "sim_default_template": meta.get("template_id"),
+        "sim_default_digest": _digest(Path(env["DREAMGYM_CACHE"]) / "sim-miniwob"),
+        "sim_default_eval_s": round(eval_s, 1),
+        "sim_default_held_out_steps": model["n"],
+        "sim_default_reward_accuracy": model["reward_accuracy"],
+        "sim_default_termination_accuracy": model["done_accuracy"],
+        "sim_default_baselines": {
+            name: {"reward_accuracy": row["reward_accuracy"], "termination_accuracy": row["done_accuracy"]}
+            for name, row in rows.items()
+            if name != "model"
+        },
+    }
+
+
+def _digest(model_dir: Path) -> str:
+    from dreamgym.simulator import weights_digest
+
+    return weights_digest(model_dir)
 
 
 def _timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:

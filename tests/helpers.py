@@ -13,6 +13,7 @@ from typing import Any
 from dreamgym.agents import INDEX_TOKENS
 from dreamgym.bridge import BrowserPool
 from dreamgym.core import Observation, Step, Task, parse_action
+from dreamgym.core.progress import Phase
 
 
 def make_step(
@@ -133,3 +134,26 @@ async def open_page(pool: BrowserPool, path: Path, probe: str) -> OpenedPage:
         found = await page.evaluate(probe)
         await page.close()
     return OpenedPage(problems=problems, requests=requests, probe=found)
+
+
+class Recorder:
+    """A progress listener that keeps every event as (what happened, the phase, its count)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, int]] = []
+        self.totals: dict[str, int | None] = {}
+
+    def started(self, phase: Phase) -> None:
+        self.events.append(("started", phase.what, phase.done))
+
+    def changed(self, phase: Phase) -> None:
+        self.events.append(("changed", phase.what, phase.done))
+        self.totals[phase.what] = phase.total
+
+    def ended(self, phase: Phase, *, failed: bool) -> None:
+        self.events.append(("failed" if failed else "ended", phase.what, phase.done))
+        self.totals[phase.what] = phase.total
+
+    def finished(self) -> dict[str, int]:
+        """Each phase that ended (not failed): its final count."""
+        return {what: done for kind, what, done in self.events if kind == "ended"}

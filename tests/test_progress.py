@@ -5,22 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from helpers import Recorder
 
-from dreamgym.core.progress import Phase, listening, progress
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, int]] = []
-
-    def started(self, phase: Phase) -> None:
-        self.events.append(("started", phase.what, phase.done))
-
-    def changed(self, phase: Phase) -> None:
-        self.events.append(("changed", phase.what, phase.done))
-
-    def ended(self, phase: Phase, *, failed: bool) -> None:
-        self.events.append(("failed" if failed else "ended", phase.what, phase.done))
+from dreamgym.core.progress import listening, progress
 
 
 def test_phases_reach_the_listener_from_worker_threads_and_failures_are_marked() -> None:

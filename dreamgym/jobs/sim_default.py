@@ -80,7 +80,12 @@ DEFAULT_TASKS = tuple(sorted(name for name in DEMONSTRATORS if name not in NONDE
 TRAIN_SEEDS = range(0, 24)
 HELD_OUT_SEEDS = range(1000, 1010)
 """Seeds never collected for training: evaluations of the default model use these."""
-DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
+DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff", instructions=False)
+"""The offline default's prompt: one step of history, two retrieved real transitions, no reasoning (no teacher is
+reachable offline), a diff; no system message (a model trained from scratch learns the format from its examples,
+and the message was a third of every example's tokens)."""
+BEFORE_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
+"""The default's prompt until 2026-12 (with the system message)."""
 DEFAULT_TRAINING = SimTrainConfig(base="scratch", epochs=2, max_length=1536)
 BEFORE_TRAINING = SimTrainConfig(base="scratch", epochs=2, max_length=1536, loop="trl", group_by_length=False)
 """How the default was trained until 2026-12 (TRL's loop, random batches): ``benchmarks/sim_build.py`` builds it

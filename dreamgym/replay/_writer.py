@@ -55,6 +55,11 @@ class GroupCommitWriter:
         self._send, self._receive = anyio.create_memory_object_stream[_Request](buffer)
         self._finished = anyio.Event()
 
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next committed record gets (every one below it is committed)."""
+        return self._next_seq
+
     async def submit(self, apply: Apply, count: int) -> Any:
         """Queue a request and wait for its commit; returns what ``apply`` returned.
 

@@ -681,7 +681,8 @@ class LmdbReplayStore:
     async def _index_pending(self, *, report: bool = False) -> None:
         """Embed and index every committed step not yet embedded; ``report``: as a progress phase of steps."""
         async with self._index_lock:
-            waiting = max(0, self._next_seq - 1 - self._embedded_upto)
+            committed = self._writer.next_seq - 1 if self._writer is not None else self._next_seq - 1
+            waiting = max(0, committed - self._embedded_upto)
             shown = report and waiting > 0
             with progress("embed and index steps", total=waiting, unit="steps") if shown else nullcontext() as phase:
                 while not self._closed:

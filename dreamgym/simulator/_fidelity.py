@@ -48,6 +48,7 @@ import anyio
 import msgspec
 
 from dreamgym.core.errors import BackendError, ModelOutputError, StateFormatError
+from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour, Prediction, ReplayStore
 from dreamgym.core.state import State, apply_diff, flatten, lean_diff, match_elements, parse_state
 from dreamgym.core.types import Observation, Step, Task
@@ -264,31 +265,39 @@ class StepPredictions:
 
 
 async def predict_steps(
-    model: ExperienceModel, queries: Sequence[tuple[Step, ExperienceQuery]], *, concurrency: int = 8
+    model: ExperienceModel,
+    queries: Sequence[tuple[Step, ExperienceQuery]],
+    *,
+    concurrency: int = 8,
+    what: str = "predict real steps",
 ) -> StepPredictions:
     """The model's prediction for each query, with up to ``concurrency`` in flight at once.
 
     ``stop`` always ends the episode, as in :class:`~dreamgym.simulator.SimulatedEnv`.
+    Reported as the progress phase ``what`` (predictions made, unusable ones).
     """
     predictions: list[Prediction | None] = [None] * len(queries)
     errors = [""] * len(queries)
     limiter = anyio.CapacityLimiter(concurrency)
 
-    async def one(n: int, query: ExperienceQuery) -> None:
+    async def one(n: int, query: ExperienceQuery, phase: Phase) -> None:
         async with limiter:
             try:
                 prediction = await model.predict(query)
             except (ModelOutputError, BackendError) as exc:
                 errors[n] = str(exc) or type(exc).__name__
+                phase.advance(note=f"{sum(map(bool, errors))} unusable")
                 return
         if query.action.name == "stop" and not prediction.terminated:
             prediction = replace(prediction, terminated=True)
         predictions[n] = prediction
+        phase.advance()
 
     started = time.perf_counter()
-    async with anyio.create_task_group() as group:
-        for n, (_, query) in enumerate(queries):
-            group.start_soon(one, n, query)
+    with progress(what, total=len(queries), unit="steps") as phase:
+        async with anyio.create_task_group() as group:
+            for n, (_, query) in enumerate(queries):
+                group.start_soon(one, n, query, phase)
     return StepPredictions(predictions=predictions, errors=errors, seconds=time.perf_counter() - started)
 
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 import anyio
 
+from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import ExperienceModel, ReplayStore
 from dreamgym.core.types import Action, Observation, Step, Task
 from dreamgym.simulator import SimulatedEnv, SimulatorConfig, StepScore, score_prediction
@@ -116,17 +117,19 @@ async def open_loop_drift(
         rows: list[list[StepScore | None]] = [[] for _ in episodes]
 
         async def one(
-            n: int, episode: Sequence[Step], model: ExperienceModel, rows: list[list[StepScore | None]]
+            n: int, episode: Sequence[Step], model: ExperienceModel, rows: list[list[StepScore | None]], phase: Phase
         ) -> None:
             async with limiter:
                 rows[n] = await replay_episode(
                     model, episode, horizon=horizon, store=store, neighbours=neighbours,
                     exclude_task_seeds=exclude_task_seeds,
                 )  # fmt: skip
+            phase.advance()
 
-        async with anyio.create_task_group() as group:
-            for n, episode in enumerate(episodes):
-                group.start_soon(one, n, episode, model, rows)
+        with progress(f"open loop: {name}", total=len(episodes), unit="episodes") as phase:
+            async with anyio.create_task_group() as group:
+                for n, episode in enumerate(episodes):
+                    group.start_soon(one, n, episode, model, rows, phase)
         curves[name] = drift_curve(rows, horizon)
     return curves
 

@@ -274,7 +274,7 @@ async def validate(
     outcomes: dict[str, list[StepOutcome]] = {}
     one_step: dict[str, FidelitySummary] = {}
     for name, predictor in predictors.items():
-        made = await predict_steps(predictor, queries, concurrency=config.concurrency)
+        made = await predict_steps(predictor, queries, concurrency=config.concurrency, what=f"one step: {name}")
         outcomes[name] = outcomes_of(ordered, made.predictions, made.errors)
         one_step[name] = summarise_scores(name, [o.score for o in outcomes[name]], made.seconds)
         if (clean := without_salvaged(one_step[name], [o.score for o in outcomes[name]])) is not None:
@@ -287,7 +287,7 @@ async def validate(
             if isinstance(variant, str):
                 ablation_rows[name] = variant
                 continue
-            made = await predict_steps(variant, queries, concurrency=config.concurrency)
+            made = await predict_steps(variant, queries, concurrency=config.concurrency, what=f"ablation: {name}")
             scores = [o.score for o in outcomes_of(ordered, made.predictions)]
             ablation_rows[name] = summarise_scores(name, scores, made.seconds)
             log.info("ablation %s: %.1f s", name, made.seconds)

@@ -8,9 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import toy_form
+from helpers import Recorder
 from sim_helpers import EMBEDDER, TINY, TOY_TEMPLATE, fill_toy_store, open_store
 
-from dreamgym.replay import LmdbReplayStore
+from dreamgym.core.progress import listening
+from dreamgym.replay import LmdbReplayStore, StoreConfig
+from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
 from dreamgym.simulator._loop import IGNORE, _collate, fit, length_grouped_batches, tokenize_example
 from dreamgym.simulator._sft import (
     SFTExample,
@@ -102,3 +106,25 @@ async def test_examples_from_the_stores_own_embeddings_equal_those_embedded_afre
     async with _ForgetfulStore(tmp_path / "store", embedder=EMBEDDER) as store:
         fresh = await build_sft_examples(store, TOY_TEMPLATE)
     assert reused == fresh
+
+
+async def test_building_and_training_an_experience_model_report_each_phase_to_its_end(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with listening(recorder):
+        async with open_store(tmp_path / "store", config=StoreConfig(auto_index=False)) as store:
+            await store.put_task(toy_form.TASK)
+            for steps in toy_form.episodes(range(3)):
+                await store.append(steps)
+            await store.flush()
+            examples = await build_sft_examples(store, TOY_TEMPLATE)
+            config = SimTrainConfig(base="scratch", scratch=TINY, epochs=1, batch_size=4, max_length=1024)
+            out = train_experience_model(examples, tmp_path / "model", config, template=TOY_TEMPLATE)
+            model = load_experience_model(out, store=store)
+            queries = await teacher_forced_queries(list(toy_form.episode(7, "Gus")), store=store, neighbours=2)
+            await predict_steps(model, queries, what="predict the toy steps")
+    finished = recorder.finished()
+    assert finished["embed and index steps"] == 12
+    assert finished["build SFT examples (retrieval, prompts)"] == 12
+    assert finished["train the experience model (12 examples)"] == 3
+    assert finished["predict the toy steps"] == 2
+    assert recorder.totals == {what: done for what, done in finished.items()}

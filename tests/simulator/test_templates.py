@@ -71,6 +71,15 @@ def test_ablation_switches_remove_their_part_and_change_the_template_id() -> Non
     assert full.template_id == "experience/v1:h2:k3:think:diff"
 
 
+def test_a_template_without_instructions_is_the_same_query_alone_under_its_own_id() -> None:
+    with_system = TemplateConfig(history=1, neighbours=2)
+    bare = TemplateConfig(history=1, neighbours=2, instructions=False)
+    assert [m.role for m in bare.messages(query())] == ["user"]
+    assert bare.messages(query())[0] == with_system.messages(query())[1]
+    assert with_system.template_id == "experience/v1:h1:k2:direct:diff"
+    assert bare.template_id == "experience/v1:h1:k2:direct:diff:bare"
+
+
 def test_empty_history_and_no_neighbours_render_without_their_sections() -> None:
     text = user_text(TemplateConfig(), query(history=(), neighbours=()))
     assert "History" not in text and "Similar" not in text

@@ -1,0 +1,378 @@
+"""Where the offline default experience model's build spends its time, and the build before and after, in one run.
+
+    python benchmarks/sim_build.py [--out DIR] [--profile-steps 12] [--skip-before] [--commit-results]
+
+On the offline default's own data (collected once into ``--out``: its 18
+MiniWoB++ tasks × seeds 0–23, and the held-out seeds 1000–1009 to score on),
+it measures, as JSON lines, each against a baseline from the same run:
+
+1. **examples**: built as before (the template's system message, every
+   retrieval query embedded again) and as now (no system message, the
+   store's own embeddings reused), each timed; the tokens of an epoch of
+   each; the share of no-op examples before and after
+   :func:`~dreamgym.jobs.sim_default.balance`;
+2. **profile** (``--profile-steps`` optimizer steps each on the examples as
+   before, the default model's size, a fresh model each): tokens per second
+   of the same model's bare forward and backward on packed 8 × 512 batches
+   (the ceiling), of TRL's ``SFTTrainer`` loop with random and with
+   length-grouped batches, of dreamgym's plain loop
+   (``SimTrainConfig.loop="plain"``) with both, and of the plain loop on one
+   thread, with each loop's padding share;
+3. **builds**: the default as it was built before (``BEFORE_TEMPLATE``,
+   ``BEFORE_TRAINING``: TRL's loop, random batches) and as it is built now
+   (``DEFAULT_TEMPLATE``, ``DEFAULT_TRAINING``), each timed; a build's time
+   is collection (timed once: the same for both) + its example building +
+   its training;
+4. **fidelity** of both models on every real step of the held-out seeds, one
+   step teacher-forced, beside the two baselines (copy the top retrieved
+   transition, keep the page), on all steps and on steps where the real page
+   changed (``dreamgym.validate``).
+
+``--commit-results`` writes ``benchmarks/results/sim_build.json`` with the
+date, the commit and the command; the new model's digest is in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import pickle
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _report as report
+import anyio
+from learning_curve import _commit
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "sim_build.json"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "sim_build")
+    parser.add_argument("--profile-steps", type=int, default=12, help="optimizer steps per profiled loop")
+    parser.add_argument("--skip-before", action="store_true", help="build only the new default (no 'before' build)")
+    parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument("--profile-only", action="store_true", help="collect, build examples and profile; no builds")
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/sim_build.json")
+    args = parser.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    rows: list[dict[str, Any]] = []
+    results: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "command": "python " + shlex.join(["benchmarks/sim_build.py", *sys.argv[1:]]),
+    }
+    data = anyio.run(_collect, args.out)
+    results["data"] = data
+    examples, example_figures = anyio.run(_examples, args.out)
+    report.emit("tokens per epoch", example_figures["tokens_per_epoch_after"], "tokens", "before (system message)",
+                example_figures["tokens_per_epoch_before"])  # fmt: skip
+    report.emit("example building", example_figures["examples_s"], "s", "before (queries embedded again)",
+                example_figures["examples_before_s"])  # fmt: skip
+    results["examples"] = example_figures
+    print(json.dumps({"examples": example_figures}), flush=True)
+    if not args.skip_profile:
+        results["profile"] = _profile(examples["before"], args.profile_steps, rows)
+    if args.profile_only:
+        return 0
+    builds = _builds(args, examples, data, example_figures)
+    results["builds"] = builds
+    before, after = builds.get("before"), builds["after"]
+    if before:
+        report.emit("default build time", after["build_s"], "s", "build before", before["build_s"])
+        results["build_speedup"] = round(before["build_s"] / after["build_s"], 3)
+    fidelity = anyio.run(_fidelity, args.out, {name: Path(b["model"]) for name, b in builds.items()})
+    results["fidelity"] = fidelity
+    for split, table in fidelity.items():
+        for metric in ("reward_accuracy", "done_accuracy", "similarity", "f1"):
+            base = table["before"][metric] if "before" in table else table["unchanged"][metric]
+            report.emit(f"{metric} ({split})", table["after"][metric], "fraction",
+                        "before" if "before" in table else "unchanged page", base, n=table["after"]["n"])  # fmt: skip
+    if args.commit_results:
+        results["rows"] = rows
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        print(f"wrote {RESULTS}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------- data
+
+
+async def _collect(out: Path) -> dict[str, Any]:
+    """The default's training store and its held-out store, each collected once (timed the first time)."""
+    from dreamgym.jobs.sim_default import HELD_OUT_SEEDS, CollectPlan, collect_miniwob
+    from dreamgym.replay import LmdbReplayStore
+
+    figures: dict[str, Any] = {}
+    for name, plan in (("train", CollectPlan()), ("held_out", CollectPlan(seeds=HELD_OUT_SEEDS))):
+        async with LmdbReplayStore(out / name) as store:
+            steps = (await store.stats()).steps.get("real", 0)
+            if steps == 0:
+                began = time.perf_counter()
+                steps = await collect_miniwob(store, plan)
+                figures[f"{name}_collect_s"] = round(time.perf_counter() - began, 1)
+                _remember(out, f"{name}_collect_s", figures[f"{name}_collect_s"])
+            else:
+                figures[f"{name}_collect_s"] = _recall(out, f"{name}_collect_s")
+            figures[f"{name}_steps"] = steps
+    return figures
+
+
+def _remember(out: Path, key: str, value: float) -> None:
+    file = out / "timings.json"
+    known = json.loads(file.read_text()) if file.exists() else {}
+    file.write_text(json.dumps({**known, key: value}))
+
+
+def _recall(out: Path, key: str) -> float | None:
+    file = out / "timings.json"
+    value = json.loads(file.read_text()).get(key) if file.exists() else None
+    return float(value) if value is not None else None
+
+
+async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """The default's SFT examples as built before (the template with its system message, every query embedded
+    again) and as now (no system message, the store's own embeddings reused), each timed, balanced. Also how many
+    differ but for the system message (only where neighbours tie), their tokens and the share of no-op steps."""
+    from dreamgym.jobs.sim_default import (
+        BEFORE_TEMPLATE,
+        DEFAULT_TASKS,
+        DEFAULT_TEMPLATE,
+        HELD_OUT_SEEDS,
+        balance,
+        no_op_answer,
+    )
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.simulator import build_sft_examples
+
+    cached = out / "examples.pickle"  # built from the same stores every time: kept between runs of the script
+    if cached.exists():
+        return pickle.loads(cached.read_bytes())  # type: ignore[no-any-return]
+    held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
+    seconds = {}
+    built = {}
+    ways = (("before", _embedding_again(), BEFORE_TEMPLATE), ("after", LmdbReplayStore, DEFAULT_TEMPLATE))
+    for name, kind, template in ways:
+        async with kind(out / "train") as store:
+            await store.flush()
+            began = time.perf_counter()
+            built[name] = await build_sft_examples(store, template, exclude_task_seeds=held_out)
+            seconds[name] = time.perf_counter() - began
+    # Equal but for ties: where two neighbours are equally near, float noise in a fresh embedding may pick the other.
+    differing = sum(a.messages[-1] != b.messages[-1] for a, b in zip(built["before"], built["after"], strict=True))
+    idle = no_op_answer()
+    every = built["after"]
+    kept = {name: balance(examples) for name, examples in built.items()}
+    found = (
+        kept,
+        {
+            "examples_before_s": round(seconds["before"], 1),
+            "examples_s": round(seconds["after"], 1),
+            "examples_differing": differing,
+            "all_examples": len(every),
+            "no_op_share_all": round(sum(e.completion == idle for e in every) / len(every), 4),
+            "examples": len(kept["after"]),
+            "no_op_share_kept": round(sum(e.completion == idle for e in kept["after"]) / len(kept["after"]), 4),
+            **{f"tokens_per_epoch_{name}": _epoch_tokens(examples) for name, examples in kept.items()},
+        },
+    )
+    cached.write_bytes(pickle.dumps(found))
+    return found
+
+
+def _epoch_tokens(examples: list[Any]) -> int:
+    """The tokens of one epoch over ``examples`` with the tokenizer a build trains on them."""
+    from dreamgym.jobs.sim_default import DEFAULT_TRAINING
+    from dreamgym.simulator._loop import tokenize_example
+    from dreamgym.simulator._sft import _conversation, train_tokenizer
+
+    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
+    tokenizer = train_tokenizer(texts, DEFAULT_TRAINING.scratch.vocab_size)
+    return sum(len(tokenize_example(tokenizer, *_conversation(e))) for e in examples)
+
+
+def _embedding_again() -> type:
+    from dreamgym.replay import LmdbReplayStore
+
+    class EmbeddingAgain(LmdbReplayStore):
+        """The store as example building saw it before: no stored embeddings to reuse."""
+
+        async def embedded(self, seqs: Any) -> dict[int, Any]:
+            return {}
+
+    return EmbeddingAgain
+
+
+# ---------------------------------------------------------------------- profile
+
+
+def _profile(examples: list[Any], steps: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens per second of each loop over ``steps`` optimizer steps, against bare forward+backward (packed)."""
+    import torch
+
+    from dreamgym.jobs.sim_default import DEFAULT_TRAINING
+
+    threads = torch.get_num_threads()
+    bare = _bare_tokens_per_second(examples, steps)
+    figures: dict[str, Any] = {"threads": threads, "bare_packed_tokens_per_s": round(bare, 1)}
+    loops = {
+        "trl random": dict(loop="trl", group_by_length=False),
+        "trl grouped": dict(loop="trl", group_by_length=True),
+        "plain random": dict(loop="plain", group_by_length=False),
+        "plain grouped": dict(loop="plain", group_by_length=True),
+    }
+    for name, change in loops.items():
+        config = dataclasses.replace(DEFAULT_TRAINING, max_steps=steps, **change)
+        measured = _short_run(examples, config)
+        figures[name] = measured
+        report.emit(f"tokens/s, {name}", measured["tokens_per_s"], "tokens/s", "bare forward+backward, packed", bare,
+                    padding_share=measured.get("padding_share"), steps=steps)  # fmt: skip
+    torch.set_num_threads(1)
+    try:
+        config = dataclasses.replace(DEFAULT_TRAINING, max_steps=steps, loop="plain")
+        one = _short_run(examples, config)
+    finally:
+        torch.set_num_threads(threads)
+    figures["plain grouped, 1 thread"] = one
+    report.emit("tokens/s, plain grouped on 1 thread", one["tokens_per_s"], "tokens/s",
+                f"plain grouped on {threads} threads", figures["plain grouped"]["tokens_per_s"])  # fmt: skip
+    return figures
+
+
+def _short_run(examples: list[Any], config: Any) -> dict[str, Any]:
+    import tempfile
+
+    from dreamgym.jobs.sim_default import BEFORE_TEMPLATE
+    from dreamgym.simulator import read_metadata, train_experience_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        began = time.perf_counter()
+        train_experience_model(examples, Path(tmp) / "m", config, template=BEFORE_TEMPLATE)
+        meta = read_metadata(Path(tmp) / "m")
+        seconds = time.perf_counter() - began
+    return {
+        "steps": meta.get("train_steps", config.max_steps),
+        "seconds_with_setup": round(seconds, 1),
+        "tokens_per_s": meta["tokens_per_second"],
+        "padding_share": meta.get("padding_share"),
+    }
+
+
+def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
+    """The default model's forward and backward (and an AdamW step) on packed 8 × 512 batches of the examples' text."""
+    import torch
+
+    from dreamgym.jobs.sim_default import DEFAULT_TRAINING
+    from dreamgym.simulator._sft import scratch_model, train_tokenizer
+
+    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
+    tokenizer = train_tokenizer(texts, DEFAULT_TRAINING.scratch.vocab_size)
+    model = scratch_model(tokenizer, DEFAULT_TRAINING.scratch)
+    stream: list[int] = []
+    for text in texts[: 4 * steps * 8]:
+        stream += tokenizer(text)["input_ids"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    batch = torch.tensor(stream[: 8 * 512]).view(8, 512)
+    model(input_ids=batch, labels=batch).loss.backward()  # warm-up
+    optimizer.zero_grad()
+    began = time.perf_counter()
+    for n in range(steps):
+        chunk = stream[n * 8 * 512 : (n + 1) * 8 * 512]
+        if len(chunk) < 8 * 512:
+            chunk = stream[: 8 * 512]
+        batch = torch.tensor(chunk).view(8, 512)
+        model(input_ids=batch, labels=batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return 8 * 512 * steps / (time.perf_counter() - began)
+
+
+# ---------------------------------------------------------------------- builds
+
+
+def _builds(
+    args: argparse.Namespace, examples: dict[str, list[Any]], data: dict[str, Any], ex: dict[str, Any]
+) -> dict[str, Any]:
+    """Train the default as before and as now, each on its own examples; the build time adds collection and
+    example building."""
+    from dreamgym.jobs.sim_default import BEFORE_TEMPLATE, BEFORE_TRAINING, DEFAULT_TEMPLATE, DEFAULT_TRAINING
+    from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
+
+    configs = (
+        {"after": DEFAULT_TRAINING} if args.skip_before else {"before": BEFORE_TRAINING, "after": DEFAULT_TRAINING}
+    )
+    builds: dict[str, Any] = {}
+    for name, config in configs.items():
+        target = args.out / f"model-{name}"
+        template = BEFORE_TEMPLATE if name == "before" else DEFAULT_TEMPLATE
+        known = _recall(args.out, f"{name}_train_s")
+        if known is not None and read_metadata(target).get("config") == json.loads(
+            json.dumps(dataclasses.asdict(config), default=str)
+        ):  # built by an earlier run of the same recipe: its time is kept beside it
+            train_s = known
+        else:
+            began = time.perf_counter()
+            train_experience_model(examples[name], target, config, template=template)
+            train_s = time.perf_counter() - began
+            _remember(args.out, f"{name}_train_s", round(train_s, 1))
+        meta = read_metadata(target)
+        examples_s = ex["examples_before_s"] if name == "before" else ex["examples_s"]
+        build_s = (data.get("train_collect_s") or 0.0) + examples_s + train_s
+        builds[name] = {
+            "model": str(target),
+            "digest": weights_digest(target),
+            "config": dataclasses.asdict(config),
+            "train_s": round(train_s, 1),
+            "build_s": round(build_s, 1),
+            "train_loss": meta.get("train_loss"),
+            "tokens_per_second": meta.get("tokens_per_second"),
+        }
+        print(json.dumps({"build": name, **builds[name]}), flush=True)
+    return builds
+
+
+# ---------------------------------------------------------------------- fidelity
+
+
+async def _fidelity(out: Path, models: dict[str, Path]) -> dict[str, Any]:
+    """One-step fidelity of each model and the two baselines on every held-out real step: all, and page changed."""
+    from dreamgym.jobs.sim_default import DEFAULT_TASKS, HELD_OUT_SEEDS
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.simulator import load_experience_model
+    from dreamgym.validate import ValidationConfig, validate
+
+    held_out = tuple((f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS)
+    async with LmdbReplayStore(out / "held_out", readonly=True) as real:
+        steps = [s for s in await _all_steps(real) if s.source == "real"]
+    tables: dict[str, dict[str, Any]] = {"all": {}, "page changed": {}}
+    async with LmdbReplayStore(out / "train", readonly=True) as store:
+        for name, path in models.items():
+            model = load_experience_model(path, store=store)
+            config = ValidationConfig(neighbours=model.config.template.neighbours, exclude_task_seeds=held_out)
+            found = await validate(model, steps, store=store, config=config)
+            tables["all"][name] = found.one_step["model"].as_dict()
+            tables["page changed"][name] = found.by_change["model"]["page changed"].as_dict()
+            for baseline in ("copy_top_retrieved", "unchanged"):
+                tables["all"][baseline] = found.one_step[baseline].as_dict()
+                tables["page changed"][baseline] = found.by_change[baseline]["page changed"].as_dict()
+    return tables
+
+
+async def _all_steps(store: Any) -> list[Any]:
+    from dreamgym.core.types import Step, decode_record
+
+    return [decode_record(data, Step) for _key, data in store.iter_records("steps")]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The demo's policy: its weights, the warm start before RL (phase 3) and GRPO training (phase 6)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from dreamgym.jobs._demo_settings import DemoSettings, demo_tasks, held_out_pairs
+
+if TYPE_CHECKING:
+    from dreamgym.agents import LocalPolicy
+    from dreamgym.core.types import Step
+
+__all__ = ["TRAINING_SKIPPED", "PolicyWeights", "TrainOutcome", "prepare_policy", "train_policy", "training_record"]
+
+log = logging.getLogger(__name__)
+
+TRAINING_SKIPPED = "train_updates is 0"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyWeights:
+    """A policy model loaded once; each phase wraps it in a :class:`LocalPolicy` made in its own event loop."""
+
+    directory: Path
+    model: Any
+    tokenizer: Any
+    digest: str
+
+    def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
+        """The ``index`` policy over the page's listed candidates, sharing ``limiter`` with the other torch work.
+
+        It draws the label token of one candidate from its full softmax, so
+        what it records is exactly what GRPO trains (a chooser is not
+        trainable). The candidates are listed in the prompt, so the system
+        message need not list the action definitions.
+        """
+        from dreamgym.agents import LocalPolicy, LocalPolicyConfig
+
+        config = LocalPolicyConfig(mode="index", temperature=temperature, seed=seed, list_actions=False)
+        return LocalPolicy(
+            self.model, self.tokenizer, name=self.directory.name, digest=self.digest, config=config, limiter=limiter
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainOutcome:
+    """What the train phase hands back: the trained policy and the trainer's figures."""
+
+    policy: PolicyWeights
+    """The trained weights; the second evaluation plays them."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """``train/...`` figures (steps, real and synthetic steps used, loss...)."""
+
+
+def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWeights, dict[str, Any]]:
+    """Phase 3: the policy, before any RL: a tiny index policy whose tokenizer learns the seed set's pages (or
+    the given model, with label tokens), behaviour-cloned on the seed set's demonstrator episodes
+    (``warm_epochs``), saved under ``out/policy``. Returns it and what the warm start did."""
+    import torch
+
+    from dreamgym.agents import add_index_tokens
+    from dreamgym.simulator import weights_digest
+    from dreamgym.trainer import WarmStartConfig, demonstrations, tiny_index_policy, warm_start
+
+    torch.manual_seed(settings.seed)
+    episodes = anyio.run(_demonstrator_episodes, settings)
+    tasks = {task.task_id: task for task in demo_tasks(settings)}
+    if given is None:
+        pages = [(tasks[step.task_id], page) for episode in episodes for step in episode
+                 for page in (step.observation, step.next_observation)]  # fmt: skip
+        model, tokenizer = tiny_index_policy(pages, seed=settings.seed)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(str(given))
+        tokenizer = AutoTokenizer.from_pretrained(str(given))
+        add_index_tokens(model, tokenizer)
+    directory = settings.out / "policy"
+    draft = PolicyWeights(directory=directory, model=model, tokenizer=tokenizer, digest="")
+    record: dict[str, Any] = {"base": "tiny index policy" if given is None else str(given)}
+    if settings.warm_epochs > 0:
+        policy = draft.policy(anyio.CapacityLimiter(1), temperature=0.0, seed=settings.seed)
+        examples, skipped = demonstrations(policy, episodes, list(tasks.values()))
+        config = WarmStartConfig(
+            epochs=settings.warm_epochs, learning_rate=1e-3, batch_size=4, seed=settings.seed, lm_weight=1.0
+        )
+        fit = warm_start(policy, examples, config)
+        record.update(
+            episodes=len(episodes), examples=fit.examples, skipped_steps=skipped, epochs=settings.warm_epochs,
+            updates=fit.updates, first_loss=round(fit.first_loss, 4), last_loss=round(fit.last_loss, 4),
+            label_accuracy=round(fit.accuracy, 4),
+        )  # fmt: skip
+    shutil.rmtree(directory, ignore_errors=True)
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    weights = PolicyWeights(directory=directory, model=model, tokenizer=tokenizer, digest=weights_digest(directory))
+    return weights, record
+
+
+async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
+    """The seed set's demonstrator episodes, each its steps in order."""
+    from dreamgym.bridge import MiniWobDemonstrator
+    from dreamgym.replay import LmdbReplayStore
+
+    episodes: dict[str, list[Step]] = {}
+    async with LmdbReplayStore(settings.store_dir, readonly=True) as store:
+        for name in settings.tasks:
+            for step in await store.get_steps(await store.task_seqs(f"miniwob/{name}", source="real")):
+                if step.policy_id == MiniWobDemonstrator.policy_id:
+                    episodes.setdefault(step.episode_id, []).append(step)
+    return [sorted(steps, key=lambda step: step.step_index) for steps in episodes.values()]
+
+
+def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> TrainOutcome | None:
+    """Phase 6: GRPO on mixed groups (``real_share`` real; LoRA on a given model), through ``dreamgym.trainer``.
+
+    The trainer drives its own runtime (Chromium, the grounded simulator, the
+    demo's store) through a portal and closes it before returning; training
+    steps go to the demo's store with their provenance. The
+    weights (the tiny policy's, or a given model's adapters) are trained in place on
+    ``weights.model``; the after-evaluation plays them.
+    ``None`` when ``train_updates`` is 0.
+    """
+    if settings.train_updates == 0:
+        return None
+    from dreamgym.jobs import StackSettings, stack_sides
+    from dreamgym.runtime import RuntimeConfig
+    from dreamgym.trainer import LoraSettings, TrainConfig, Trainer
+
+    out = settings.out / "train"
+    shutil.rmtree(out, ignore_errors=True)
+    config = TrainConfig(
+        mode="mixed",
+        updates=settings.train_updates,
+        output_dir=out,
+        group_size=max(2, settings.group_size),
+        groups_per_update=settings.train_groups_per_update,
+        learning_rate=settings.learning_rate,
+        real_share=settings.real_share,
+        resample_flat=2,  # a group whose episodes all scored alike teaches nothing: play it again as other draws
+        seed=settings.seed,
+        report_to=(),
+        lora=None if settings.policy_model is None else LoraSettings(),  # the tiny policy trains every weight
+    )
+    stack = StackSettings(
+        store=settings.store_dir,
+        eval_store=out / "eval-store",
+        sim_model=sim_dir,
+        exclude_task_seeds=held_out_pairs(settings),
+        runtime=RuntimeConfig(max_steps=settings.max_steps, real_concurrency=settings.real_concurrency),
+        embedder=settings.embedder,
+    )
+    policy = weights.policy(anyio.CapacityLimiter(1), temperature=settings.temperature, seed=settings.seed)
+    trainer = Trainer(
+        config,
+        policy=policy,
+        tasks=demo_tasks(settings),
+        open_sides=stack_sides(stack),
+        train_seeds=settings.train_seeds,
+    )
+    result = trainer.train(resume=False)
+    state = result.state
+    losses = [row["train/loss"] for row in _metric_rows(out) if "train/loss" in row]
+    trained = PolicyWeights(
+        directory=result.final_dir,
+        model=trainer.grpo.model,
+        tokenizer=weights.tokenizer,
+        digest=f"{weights.digest[:12]}+lora-u{state.update}",
+    )
+    metrics = {
+        "train/updates": float(state.update),
+        "train/real_steps": float(state.real_steps),
+        "train/synthetic_steps": float(state.synthetic_steps),
+        "train/real_groups": float(state.real_groups),
+        "train/synthetic_groups": float(state.synthetic_groups),
+        "train/dropped_groups": float(state.dropped_groups),
+        "train/seconds": result.seconds,
+        "train/rollout_seconds": state.rollout_seconds,
+        **({"train/last_loss": float(losses[-1])} if losses else {}),
+    }
+    return TrainOutcome(policy=trained, metrics=metrics)
+
+
+def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
+    import json
+
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def training_record(trained: TrainOutcome | None) -> dict[str, Any]:
+    if trained is None:
+        return {"status": "skipped", "reason": TRAINING_SKIPPED}
+    return {"status": "trained", "policy": str(trained.policy.directory), "metrics": dict(trained.metrics)}

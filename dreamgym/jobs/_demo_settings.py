@@ -1,0 +1,157 @@
+"""What ``dreamgym demo`` runs: its settings, its tasks and the helpers every phase shares."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym.core.errors import ConfigError
+from dreamgym.core.protocols import Embedder  # at run time: the command line reads DemoSettings' field types
+from dreamgym.simulator import ScratchModelConfig, SimTrainConfig
+
+if TYPE_CHECKING:
+    from dreamgym.core.types import Task
+    from dreamgym.runtime import RuntimeConfig
+
+__all__ = ["DEMO_SIM_SIZE", "DEMO_TASKS", "DemoSettings", "demo_sim_training", "demo_tasks", "held_out_pairs",
+           "runtime_config"]  # fmt: skip
+
+DEMO_TASKS = ("click-checkboxes", "click-option", "login-user", "enter-password")
+"""MiniWoB++ tasks with a scripted demonstrator on which a warm-started tiny policy is neither hopeless nor
+perfect and has a decision left to learn (which named choice comes when, which text goes where): those of
+``benchmarks/results/learning_curve.json``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoSettings:
+    """What the demo runs. The defaults finish in about ten minutes on 2 CPU cores once setup has built its caches.
+
+    Example:
+        >>> DemoSettings(tasks=("click-button",), train_seeds=(0,), held_out_seeds=(1000,), rollout_groups=2)
+    """
+
+    tasks: tuple[str, ...] = DEMO_TASKS
+    """MiniWoB++ task names; each needs a scripted demonstrator (``dreamgym.bridge.DEMONSTRATORS``)."""
+    train_seeds: tuple[int, ...] = tuple(range(40))
+    """Seeds of the real seed set and of the rollouts."""
+    held_out_seeds: tuple[int, ...] = tuple(range(1000, 1020))
+    """Seeds evaluated before and after training: never collected, rolled out or retrieved (20 seeds × 4 tasks:
+    n = 80, so a 95% interval spans about ±0.1). The offline default never trained on them either."""
+    explorers: int = 1
+    """Random-explorer episodes per (task, training seed) in the seed set, beside one demonstrator episode."""
+    near_misses: int = 1
+    """Near-miss episodes per (task, training seed) in the seed set (the demonstrator on a goal wrong in one
+    detail: one box or one text, then Submit): they teach the experience model what separates a success from a
+    failure."""
+    group_size: int = 8
+    """Episodes per rollout group (GRPO's G)."""
+    rollout_groups: int = 4
+    """Rollout groups in phase 5, cycling through (task, training seed)."""
+    real_share: float = 0.5
+    """Share of rollout and training groups run on real pages (shadowed by the simulator); the rest are
+    synthetic."""
+    max_steps: int = 6
+    """Step limit of every episode."""
+    real_concurrency: int = 2
+    """Real episodes (browser contexts) at once."""
+    temperature: float = 0.5
+    """The policy's sampling temperature in rollouts and training (above 0, so a group's episodes differ; at 1
+    the sampled policy learnt while its greedy readout did not follow)."""
+    eval_temperature: float = 0.0
+    """The policy's temperature in evaluation: 0 takes its best action, so before and after
+    differ only by training (and by pages that are not deterministic)."""
+    policy_model: Path | None = None
+    """A transformers causal LM directory to start the policy from (given label tokens if it has none);
+    ``None``: a tiny index policy (:func:`dreamgym.trainer.tiny_index_policy`) built on the seed set's pages."""
+    warm_epochs: float = 3.0
+    """Epochs of behaviour cloning on the seed set's demonstrator episodes before the first evaluation
+    (0 skips the warm start)."""
+    sim_model: Path | None = None
+    """An experience model's directory (the offline default: ``dreamgym sim build-default``); ``None``: a
+    demo-size model trained in phase 2 on the seed set (:data:`DEMO_SIM_SIZE`, ``sim_epochs``)."""
+    sim_epochs: float = 8.0
+    """Epochs of the demo-size experience model over the seed set's examples (unused with ``sim_model``)."""
+    out: Path = Path(".cache/demo")
+    """Where the stores and the report go (the stores are replaced on each run)."""
+    train_updates: int = 8
+    """GRPO updates in phase 6 (0 skips training; about 35 s each at the defaults on 2 cores)."""
+    train_groups_per_update: int = 4
+    """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
+    learning_rate: float = 5e-4
+    """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""
+    seed: int = 0
+    """Seeds the policy's sampling and which rollout groups are real."""
+    embedder: Embedder | None = field(default=None, compare=False)
+    """Embedder of the demo's store; ``None``: MiniLM when installed."""
+
+    def __post_init__(self) -> None:
+        from dreamgym.bridge import DEMONSTRATORS
+
+        if not self.tasks or not self.train_seeds or not self.held_out_seeds:
+            raise ConfigError("DemoSettings needs at least one task, one training seed and one held-out seed")
+        unknown = [name for name in self.tasks if name not in DEMONSTRATORS]
+        if unknown:
+            raise ConfigError(
+                f"tasks {unknown} have no scripted demonstrator to collect the seed set with; "
+                f"choose among {sorted(DEMONSTRATORS)}"
+            )
+        if set(self.train_seeds) & set(self.held_out_seeds):
+            raise ConfigError("held-out seeds must differ from training seeds, or evaluation measures memory")
+        for name in ("explorers", "near_misses", "max_steps", "real_concurrency"):
+            if getattr(self, name) < (0 if name in ("explorers", "near_misses") else 1):
+                raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
+        if self.group_size < 1 or self.rollout_groups < 1:
+            raise ConfigError("DemoSettings.group_size and rollout_groups must be >= 1")
+        if self.sim_epochs <= 0 or self.warm_epochs < 0:
+            raise ConfigError("DemoSettings.sim_epochs must be > 0 and warm_epochs >= 0")
+        if self.train_updates < 0 or self.train_groups_per_update < 1 or self.learning_rate <= 0:
+            raise ConfigError(
+                "DemoSettings.train_updates must be >= 0, train_groups_per_update >= 1, learning_rate > 0"
+            )
+        if not 0.0 <= self.real_share <= 1.0:
+            raise ConfigError(f"DemoSettings.real_share must be in [0, 1], got {self.real_share}")
+
+    @property
+    def store_dir(self) -> Path:
+        """The demo's replay store: the seed set, the rollouts, the shadow predictions."""
+        return self.out / "store"
+
+    @property
+    def eval_store_dir(self) -> Path:
+        """Evaluation's own store, never searched by the simulator."""
+        return self.out / "eval-store"
+
+    def as_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "embedder"}
+        return {key: str(value) if isinstance(value, Path) else value for key, value in values.items()}
+
+
+DEMO_SIM_SIZE = ScratchModelConfig(vocab_size=2000, hidden_size=128, layers=2, intermediate_size=384)
+"""The demo-size experience model: a 2-layer Llama of width 128 (about 0.8M parameters) trained from scratch on
+the seed set in phase 2, where the offline default (4 layers of 256 on 18 tasks) takes many times longer."""
+
+
+def demo_sim_training(settings: DemoSettings) -> SimTrainConfig:
+    """How phase 2 trains the demo-size experience model."""
+    return SimTrainConfig(base="scratch", epochs=settings.sim_epochs, max_length=1536, scratch=DEMO_SIM_SIZE)
+
+
+def held_out_pairs(settings: DemoSettings) -> tuple[tuple[str, int | None], ...]:
+    """Every held-out (task id, seed): retrieval must never return them (the leakage rule)."""
+    from dreamgym.jobs import held_out
+
+    return held_out([f"miniwob/{name}" for name in settings.tasks], settings.held_out_seeds)
+
+
+def runtime_config(settings: DemoSettings) -> RuntimeConfig:
+    from dreamgym.runtime import RuntimeConfig
+
+    return RuntimeConfig(max_steps=settings.max_steps, real_concurrency=settings.real_concurrency)
+
+
+def demo_tasks(settings: DemoSettings) -> list[Task]:
+    from dreamgym.bridge import miniwob_tasks
+
+    return miniwob_tasks(list(settings.tasks), settings.max_steps)
