@@ -355,7 +355,7 @@ async def _fidelity(out: Path, models: dict[str, Path]) -> dict[str, Any]:
     async with LmdbReplayStore(out / "held_out", readonly=True) as real:
         steps = [s for s in await _all_steps(real) if s.source == "real"]
     tables: dict[str, dict[str, Any]] = {"all": {}, "page changed": {}}
-    async with LmdbReplayStore(out / "train", readonly=True) as store:
+    async with LmdbReplayStore(out / "train") as store:  # the models keep their calls in its cache
         for name, path in models.items():
             model = load_experience_model(path, store=store)
             config = ValidationConfig(neighbours=model.config.template.neighbours, exclude_task_seeds=held_out)
