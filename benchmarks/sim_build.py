@@ -18,9 +18,11 @@ it measures, as JSON lines, each against a baseline from the same run:
    length-grouped batches, of dreamgym's plain loop
    (``SimTrainConfig.loop="plain"``) with both, and of the plain loop on one
    thread, with each loop's padding share;
-3. **builds**: the default as it was built before (``BEFORE_TEMPLATE``,
-   ``BEFORE_TRAINING``: TRL's loop, random batches) and as it is built now
-   (``DEFAULT_TEMPLATE``, ``DEFAULT_TRAINING``), each timed; a build's time
+3. **builds**: the default's recipe (``DEFAULT_TEMPLATE``,
+   ``DEFAULT_TRAINING``: TRL's loop, random batches), "before", and the
+   faster candidate, "after" (:func:`candidate_template`,
+   :func:`candidate_training`: no system message, the plain loop,
+   length-grouped batches), each timed; a build's time
    is collection (timed once: the same for both) + its example building +
    its training;
 4. **fidelity** of both models on every real step of the held-out seeds, one
@@ -144,7 +146,6 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     again) and as now (no system message, the store's own embeddings reused), each timed, balanced. Also how many
     differ but for the system message (only where neighbours tie), their tokens and the share of no-op steps."""
     from dreamgym.jobs.sim_default import (
-        BEFORE_TEMPLATE,
         DEFAULT_TASKS,
         DEFAULT_TEMPLATE,
         HELD_OUT_SEEDS,
@@ -160,7 +161,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
     seconds = {}
     built = {}
-    ways = (("before", _embedding_again(), BEFORE_TEMPLATE), ("after", LmdbReplayStore, DEFAULT_TEMPLATE))
+    ways = (("before", _embedding_again(), DEFAULT_TEMPLATE), ("after", LmdbReplayStore, candidate_template()))
     for name, kind, template in ways:
         async with kind(out / "train") as store:
             await store.flush()
@@ -251,12 +252,12 @@ def _profile(examples: list[Any], steps: int, rows: list[dict[str, Any]]) -> dic
 def _short_run(examples: list[Any], config: Any) -> dict[str, Any]:
     import tempfile
 
-    from dreamgym.jobs.sim_default import BEFORE_TEMPLATE
+    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE
     from dreamgym.simulator import read_metadata, train_experience_model
 
     with tempfile.TemporaryDirectory() as tmp:
         began = time.perf_counter()
-        train_experience_model(examples, Path(tmp) / "m", config, template=BEFORE_TEMPLATE)
+        train_experience_model(examples, Path(tmp) / "m", config, template=DEFAULT_TEMPLATE)
         meta = read_metadata(Path(tmp) / "m")
         seconds = time.perf_counter() - began
     return {
@@ -300,21 +301,37 @@ def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
 # ---------------------------------------------------------------------- builds
 
 
+def candidate_template() -> Any:
+    """The candidate recipe's prompt: the default's without its system message."""
+    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE
+
+    return dataclasses.replace(DEFAULT_TEMPLATE, instructions=False)
+
+
+def candidate_training() -> Any:
+    """The candidate recipe's training: the default's on dreamgym's plain loop with length-grouped batches."""
+    from dreamgym.jobs.sim_default import DEFAULT_TRAINING
+
+    return dataclasses.replace(DEFAULT_TRAINING, loop="plain", group_by_length=True)
+
+
 def _builds(
     args: argparse.Namespace, examples: dict[str, list[Any]], data: dict[str, Any], ex: dict[str, Any]
 ) -> dict[str, Any]:
     """Train the default as before and as now, each on its own examples; the build time adds collection and
     example building."""
-    from dreamgym.jobs.sim_default import BEFORE_TEMPLATE, BEFORE_TRAINING, DEFAULT_TEMPLATE, DEFAULT_TRAINING
+    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING
     from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
 
     configs = (
-        {"after": DEFAULT_TRAINING} if args.skip_before else {"before": BEFORE_TRAINING, "after": DEFAULT_TRAINING}
+        {"after": candidate_training()}
+        if args.skip_before
+        else {"before": DEFAULT_TRAINING, "after": candidate_training()}
     )
     builds: dict[str, Any] = {}
     for name, config in configs.items():
         target = args.out / f"model-{name}"
-        template = BEFORE_TEMPLATE if name == "before" else DEFAULT_TEMPLATE
+        template = DEFAULT_TEMPLATE if name == "before" else candidate_template()
         known = _recall(args.out, f"{name}_train_s")
         if known is not None and read_metadata(target).get("config") == json.loads(
             json.dumps(dataclasses.asdict(config), default=str)

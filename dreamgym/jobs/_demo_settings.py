@@ -71,7 +71,7 @@ class DemoSettings:
     sim_model: Path | None = None
     """An experience model's directory (the offline default: ``dreamgym sim build-default``); ``None``: a
     demo-size model trained in phase 2 on the seed set (:data:`DEMO_SIM_SIZE`, ``sim_epochs``)."""
-    sim_epochs: float = 8.0
+    sim_epochs: float = 6.0
     """Epochs of the demo-size experience model over the seed set's examples (unused with ``sim_model``)."""
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
