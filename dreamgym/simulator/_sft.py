@@ -114,8 +114,9 @@ class SimTrainConfig:
     random batch of 8 is 37% padding, a grouped one 0.5%."""
     loop: str = "plain"
     """``"plain"``: dreamgym's own supervised loop (:mod:`dreamgym.simulator._loop`, about twice TRL's tokens
-    per second on a CPU); ``"trl"``: TRL's ``SFTTrainer``, the loop of earlier builds (kept to measure against,
-    ``benchmarks/sim_build.py``). Both train the same loss on the same tokens."""
+    per second on a CPU); ``"trl"``: TRL's ``SFTTrainer``, which the offline default still trains with (the
+    faster loop's candidate recipe predicted worse: ``benchmarks/sim_build.py``). Both train the same loss on the
+    same tokens."""
 
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.batch_size < 1:
