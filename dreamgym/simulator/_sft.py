@@ -256,12 +256,11 @@ async def _query_vectors(
             for seq, step in steps]  # fmt: skip
     texts = [transition_text(instruction, str(step.action), step.observation.state) for _, step, instruction in rows]
     embedded = getattr(store, "embedded", None)
-    if embedded is None:
-        return await embed_queries(store, texts)
-    stored = await embedded([seq for seq, step, instruction in rows if step.observation.goal == instruction])
-    missing = [n for n, (seq, _, _) in enumerate(rows) if seq not in stored]
+    same_text = [seq for seq, step, instruction in rows if step.observation.goal == instruction]
+    stored = await embedded(same_text) if embedded is not None else {}
     if not stored:
         return await embed_queries(store, texts)
+    missing = [n for n, (seq, _, _) in enumerate(rows) if seq not in stored]
     vectors = np.zeros((len(rows), next(iter(stored.values())).shape[0]), dtype=np.float32)
     for n, (seq, _, _) in enumerate(rows):
         if seq in stored:
