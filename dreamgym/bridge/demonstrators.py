@@ -237,14 +237,14 @@ class NearMissDemonstrator:
 
     def __init__(self, seed: int | None = None) -> None:
         self.rng = random.Random(seed)
-        self._goals: dict[str, str] = {}
+        self._mistaken = ("", "")  # (the episode's goal, the goal it plays instead)
 
     async def act(self, task: Task, history: Sequence[Step], observation: Observation) -> PolicyDecision:
         goal = observation.goal or task.instruction
-        if not history or goal not in self._goals:
-            self._goals = {goal: mistaken_goal(goal, parse_state(observation.state), self.rng)}
+        if not history or self._mistaken[0] != goal:
+            self._mistaken = (goal, mistaken_goal(goal, parse_state(observation.state), self.rng))
         name = task.task_id.removeprefix("miniwob/")
-        text = demonstrate(name, self._goals[goal], observation.state, [step.action for step in history])
+        text = demonstrate(name, self._mistaken[1], observation.state, [step.action for step in history])
         return PolicyDecision(action=parse_action(text))
 
 
