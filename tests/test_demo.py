@@ -142,6 +142,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "out": (("--out", str(tmp_path / "o")), tmp_path / "o"),
         "train_updates": (("--train-updates", "0"), 0),
         "train_groups_per_update": (("--train-groups-per-update", "3"), 3),
+        "sim_trust": (("--sim-trust", "0.8"), 0.8),
         "learning_rate": (("--learning-rate", "0.01"), 0.01),
         "seed": (("--seed", "4"), 4),
     }

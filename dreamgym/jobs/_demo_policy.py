@@ -144,6 +144,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         groups_per_update=settings.train_groups_per_update,
         learning_rate=settings.learning_rate,
         real_share=settings.real_share,
+        sim_trust=settings.sim_trust,
         resample_flat=2,  # a group whose episodes all scored alike teaches nothing: play it again as other draws
         seed=settings.seed,
         report_to=(),
@@ -180,6 +181,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         "train/synthetic_steps": float(state.synthetic_steps),
         "train/real_groups": float(state.real_groups),
         "train/synthetic_groups": float(state.synthetic_groups),
+        "train/gated_groups": float(state.gated_groups),
         "train/dropped_groups": float(state.dropped_groups),
         "train/seconds": result.seconds,
         "train/rollout_seconds": state.rollout_seconds,

@@ -322,6 +322,8 @@ def _training_note(training: Mapping[str, Any]) -> str:
     m = training["metrics"]
     note = (f"{m['train/updates']:.0f} GRPO updates, {m['train/real_groups']:.0f} real + "
             f"{m['train/synthetic_groups']:.0f} synthetic groups, {m['train/dropped_groups']:.0f} dropped")  # fmt: skip
+    if m.get("train/gated_groups"):
+        note += f"; {m['train/gated_groups']:.0f} drawn synthetic played real (the simulator had not earned the task)"
     return note + (f", last loss {m['train/last_loss']:.4f}" if "train/last_loss" in m else "")
 
 

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dreamgym.core.types import Episode
+from dreamgym.core.types import Episode, Step
 
-__all__ = ["RuntimeSnapshot", "RuntimeStats"]
+__all__ = ["SHADOW_MEMORY", "RuntimeSnapshot", "RuntimeStats", "deciding", "shadow_right"]
+
+SHADOW_MEMORY = 256
+"""Shadowed deciding steps remembered per task (the most recent)."""
+
+
+def deciding(real: Step, predicted_reward: float, predicted_end: bool) -> bool:
+    """Whether a shadowed real step decides an outcome: the real episode ended there, or either side paid a
+    reward, or the simulator said it ended. What a policy trained on the simulator exploits is a wrong answer
+    on such a step (a reward paid for a premature Submit); every other step pays 0 on both sides."""
+    return real.terminated or predicted_end or real.reward >= 0.5 or predicted_reward >= 0.5
+
+
+def shadow_right(real: Step, predicted_reward: float, predicted_end: bool) -> bool:
+    """The simulator got the step's outcome: its reward within 0.5 of the real one and the same end."""
+    return abs(predicted_reward - real.reward) <= 0.5 and predicted_end == real.terminated
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,6 +44,9 @@ class RuntimeSnapshot:
     """Episodes started and not yet finished."""
     active_s: float = 0.0
     """Seconds during which at least one ``run_groups`` call was running."""
+    shadow_decisions: Mapping[str, tuple[bool, ...]] = field(default_factory=dict)
+    """Per task, whether the simulator's shadow prediction of each deciding real step (:func:`deciding`) was
+    right (:func:`shadow_right`), oldest first, the last :data:`SHADOW_MEMORY`."""
     errors: Mapping[str, int] = field(default_factory=dict)
     """Episodes ended by an exception (by its class name) or cut from outside (by the truncation
     reason: ``deadline``, ``model_output``, ``page_crashed``, ``cancelled``...; ``step_limit`` is
@@ -65,6 +83,10 @@ class RuntimeSnapshot:
             "rollout/inconsistent_groups": self.inconsistent_groups,
             "rollout/in_flight": self.in_flight,
         }
+        decisions = [right for per_task in self.shadow_decisions.values() for right in per_task]
+        if decisions:
+            metrics["rollout/shadow_deciding_steps"] = len(decisions)
+            metrics["rollout/shadow_deciding_accuracy"] = sum(decisions) / len(decisions)
         metrics.update({f"rollout/errors/{kind}": count for kind, count in sorted(self.errors.items())})
         return metrics
 
@@ -77,6 +99,7 @@ class RuntimeStats:
         self._episodes: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
         self.shadow_steps = 0
+        self._decisions: dict[str, deque[bool]] = {}
         self.successes = 0
         self.groups = 0
         self.inconsistent_groups = 0
@@ -104,6 +127,13 @@ class RuntimeStats:
         if kind:
             self._errors[kind] += 1
 
+    def record_shadow(self, real: Step, predicted_reward: float, predicted_end: bool) -> None:
+        """Count one stored shadow prediction of ``real``; remember whether it was right if the step decides."""
+        self.shadow_steps += 1
+        if deciding(real, predicted_reward, predicted_end):
+            memory = self._decisions.setdefault(real.task_id, deque(maxlen=SHADOW_MEMORY))
+            memory.append(shadow_right(real, predicted_reward, predicted_end))
+
     def record_error(self, kind: str) -> None:
         self._errors[kind] += 1
 
@@ -124,6 +154,7 @@ class RuntimeStats:
             inconsistent_groups=self.inconsistent_groups,
             in_flight=self.in_flight,
             active_s=active,
+            shadow_decisions={task: tuple(memory) for task, memory in self._decisions.items()},
             errors=dict(self._errors),
         )
 

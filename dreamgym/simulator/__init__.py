@@ -9,6 +9,8 @@ replay store; never on the bridge.
 - ``LLMExperienceModel``: template + text backend + parser + call cache.
 - ``SimulatedEnv``: the Environment protocol over an experience model, with
   retrieval from the store and the leakage rule's exclusions.
+- ``apply_rules``: what every prediction must say whatever the model wrote
+  (``stop`` ends the episode, typed text stays in its field).
 - ``backends``: ``OpenAIBackend`` (any OpenAI-compatible server) and
   ``LocalBackend`` (in-process transformers, batched).
 - Curriculum: task values from group rewards, variations, the λ-capped pool.
@@ -43,6 +45,7 @@ from dreamgym.simulator._fidelity import (
 from dreamgym.simulator._load import ServedModel, load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
+from dreamgym.simulator._rules import TEXT_ROLES, apply_rules, typed_text_page
 from dreamgym.simulator._sft import (
     METADATA_FILE,
     ScratchModelConfig,
@@ -61,6 +64,7 @@ __all__ = [
     "BASELINES",
     "MAX_ANSWER_CHARS",
     "METADATA_FILE",
+    "TEXT_ROLES",
     "VARIATION_TEMPLATE_ID",
     "CopyTopRetrieved",
     "CurriculumConfig",
@@ -86,6 +90,7 @@ __all__ = [
     "UnchangedPage",
     "annotate_reasoning",
     "answer_text",
+    "apply_rules",
     "build_sft_examples",
     "call_cache_key",
     "history_of",
@@ -107,6 +112,7 @@ __all__ = [
     "task_value",
     "teacher_forced_queries",
     "train_experience_model",
+    "typed_text_page",
     "variation_messages",
     "weights_digest",
     "without_salvaged",

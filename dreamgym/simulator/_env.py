@@ -3,8 +3,9 @@
 What is decided by rule, without the model (as the real side decides it):
 an unparseable action or an id the page does not have comes back with
 ``last_action_error``, reward 0 and the page unchanged; a step after the end
-says the episode is over. Everything else is the model's prediction. ``stop``
-always ends the episode (the model predicts its reward). A prediction that
+says the episode is over. Everything else is the model's prediction, held to
+the simulator's rules (``_rules``): ``stop`` always ends the episode (the model
+predicts its reward), and typed text stays in the field it was typed into. A prediction that
 stays malformed after the model's retries ends the episode as truncated with
 reason ``model_output``; a failing backend as truncated with ``backend``. Both
 are counted in :attr:`SimulatedEnv.stats`, never raised.
@@ -33,6 +34,7 @@ from dreamgym.core.protocols import ExperienceModel, ExperienceQuery, Neighbour,
 from dreamgym.core.state import parse_state
 from dreamgym.core.types import Action, Observation, Source, Task
 from dreamgym.replay.embedders import transition_text
+from dreamgym.simulator._rules import apply_rules
 
 __all__ = ["SimulatedEnv", "SimulatorConfig", "SimulatorStats", "real_start", "real_start_pages"]
 
@@ -71,6 +73,8 @@ class SimulatorStats:
     steps: int = 0
     rule_steps: int = 0
     """Steps answered by rule (invalid action, missing element) without the model."""
+    typed_text_rule: int = 0
+    """Predictions whose typed field the typed-text rule corrected (``_rules``)."""
     truncated_model_output: int = 0
     truncated_backend: int = 0
     real_starts: int = 0
@@ -202,17 +206,19 @@ class SimulatedEnv:
         except BackendError as exc:
             self.stats.truncated_backend += 1
             return self._cut(task, observation, "backend", str(exc), info)
+        prediction, rules = apply_rules(query, prediction)
+        self.stats.typed_text_rule += "typed_text" in rules
         info.update(
             experience_model_id=prediction.model_id or self.model.model_id,
             prompt_template_id=prediction.template_id,
             reasoning=prediction.reasoning,
             neighbours=[n.seq for n in query.neighbours],
+            **({"rules": list(rules)} if rules else {}),
         )
-        terminated = prediction.terminated or action.name == "stop"
         return StepResult(
             observation=prediction.observation,
             reward=prediction.reward,
-            terminated=terminated,
+            terminated=prediction.terminated,
             truncated=False,
             info=info,
         )

@@ -10,7 +10,8 @@ that does not beat both is not simulating. Both baselines are experience
 models themselves (:class:`CopyTopRetrieved`, :class:`UnchangedPage`), so the
 same code scores them teacher-forced and runs them open loop in a
 ``SimulatedEnv``. Every predictor, model or baseline, is held to the
-simulator's rule that ``stop`` ends the episode.
+simulator's rules (``_rules``: ``stop`` ends the episode, typed text stays in
+its field), so a simulator is scored as it runs.
 
 Scores per step (in ``core``'s state format):
 
@@ -54,6 +55,7 @@ from dreamgym.core.state import State, apply_diff, flatten, lean_diff, match_ele
 from dreamgym.core.types import Observation, Step, Task
 from dreamgym.replay.embedders import transition_text
 from dreamgym.simulator._retrieval import embed_queries
+from dreamgym.simulator._rules import apply_rules
 
 __all__ = [
     "BASELINES",
@@ -273,7 +275,7 @@ async def predict_steps(
 ) -> StepPredictions:
     """The model's prediction for each query, with up to ``concurrency`` in flight at once.
 
-    ``stop`` always ends the episode, as in :class:`~dreamgym.simulator.SimulatedEnv`.
+    Each prediction is held to the simulator's rules, as in :class:`~dreamgym.simulator.SimulatedEnv`.
     Reported as the progress phase ``what`` (predictions made, unusable ones).
     """
     predictions: list[Prediction | None] = [None] * len(queries)
@@ -288,9 +290,7 @@ async def predict_steps(
                 errors[n] = str(exc) or type(exc).__name__
                 phase.advance(note=f"{sum(map(bool, errors))} unusable")
                 return
-        if query.action.name == "stop" and not prediction.terminated:
-            prediction = replace(prediction, terminated=True)
-        predictions[n] = prediction
+        predictions[n], _ = apply_rules(query, prediction)
         phase.advance()
 
     started = time.perf_counter()

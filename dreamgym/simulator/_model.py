@@ -160,7 +160,7 @@ class LLMExperienceModel:
                 answers.append(completion.text)
                 log.debug("malformed experience-model answer (%s): %r", exc, completion.text[:200])
                 continue
-            self.stats.repaired_answers += bool(answer.dropped_lines)
+            self.stats.repaired_answers += bool(answer.dropped_lines or answer.anchored_lines)
             return self._prediction(answer, current, completion.text)
         if self.config.salvage:
             for text in answers:  # the last resort: the first answer whose placeable diff lines make a page

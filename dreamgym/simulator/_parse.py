@@ -3,10 +3,15 @@
 Tolerated: tags in any case, surrounding prose, Markdown code fences, a last
 tag left unclosed, ``+line`` without the space, rewards written ``1.0`` or
 ``+1``, ``done`` as yes/no/true/false/1/0, and diff removal or context lines
-that name a line the page does not have: they carry no change to make, so
-they are dropped and counted (``ParsedAnswer.dropped_lines``; the experience
-model counts such answers as ``repaired_answers``) and the rest of the
-prediction stands. Not tolerated (a
+that name a line the page does not have. Such a line that starts with an
+element id the page has (``-   [e3] textbox: 9x`` where the page has
+``  [e3] textbox``) means that element's line, ids being the page's handles:
+it is replaced by the page's own line, and the additions of that id are
+indented as the page indents it (``ParsedAnswer.anchored_lines``). Any other
+such line carries no change to make, so it is dropped
+(``ParsedAnswer.dropped_lines``). The experience model counts answers
+repaired either way as ``repaired_answers``; the rest of the prediction
+stands. Not tolerated (a
 :class:`~dreamgym.core.errors.ModelOutputError` naming what is wrong, which the
 experience model answers by retrying): a missing reward, done flag or page, a
 diff that does not apply, a page that is not in the state format, an answer
@@ -38,6 +43,7 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$", re.MULTILINE)
 _YES = {"yes", "y", "true", "1", "ended", "end", "done"}
 _NO = {"no", "n", "false", "0", "continues", "continue", "not done"}
+_LEADING_ID = re.compile(r" *\[([A-Za-z0-9_.:-]+)\] ")
 _NO_CHANGE = {"", "(none)", "none", "(no change)", "no change", "unchanged"}
 
 
@@ -53,6 +59,9 @@ class ParsedAnswer:
     """The action's failure on the page, when the model says it failed."""
     dropped_lines: int = 0
     """Diff lines dropped because they named page lines that do not exist (a repaired answer)."""
+    anchored_lines: int = 0
+    """Diff lines that named a page line wrongly but by an id the page has, read as that line (a repaired
+    answer)."""
 
 
 def parse_answer(text: str, current: State | str, *, salvage: bool = False) -> ParsedAnswer:
@@ -66,9 +75,9 @@ def parse_answer(text: str, current: State | str, *, salvage: bool = False) -> P
         ModelOutputError: The answer lacks a part or a part is malformed.
     """
     fields = _fields(text)
-    dropped = 0
+    dropped = anchored = 0
     if "diff" in fields:
-        state, dropped = _apply(current, fields["diff"], salvage=salvage)
+        state, dropped, anchored = _apply(current, fields["diff"], salvage=salvage)
     elif "state" in fields:
         state = _parse_page(fields["state"])
     else:
@@ -80,6 +89,7 @@ def parse_answer(text: str, current: State | str, *, salvage: bool = False) -> P
         reasoning=fields.get("think", ""),
         error=" ".join(fields.get("error", "").split()),
         dropped_lines=dropped,
+        anchored_lines=anchored,
     )
 
 
@@ -112,22 +122,19 @@ def _fields(text: str) -> dict[str, str]:
     return fields
 
 
-def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[State, int]:
-    """The page the diff makes, and how many of its lines named page lines that do not exist."""
+def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[State, int, int]:
+    """The page the diff makes, how many of its lines were dropped and how many read by their element id."""
     lines = [_fix_prefix(line) for line in diff.split("\n") if line.strip()]
     base = current if isinstance(current, State) else parse_state(current)
     if " ".join(lines).strip().lower() in _NO_CHANGE:
-        return base, 0
+        return base, 0, 0
     try:
-        return apply_diff(base, "\n".join(lines), strict=False), 0
+        return apply_diff(base, "\n".join(lines), strict=False), 0, 0
     except StateFormatError:  # a diff that does not apply, or one that breaks the page
         pass
-    # Repair: a removal or context line naming a line the page does not have carries no change
-    # to make; drop such lines (counted) and keep the rest of the prediction.
-    present = set(base.render().split("\n"))
-    kept = [line for line in lines if line.startswith("+ ") or line[2:] in present]
+    kept, anchored = _repair(base.render().split("\n"), lines)
     try:
-        return apply_diff(base, "\n".join(kept), strict=False), len(lines) - len(kept)
+        return apply_diff(base, "\n".join(kept), strict=False), len(lines) - len(kept), anchored
     except StateFormatError as exc:
         if not salvage:
             raise ModelOutputError(f"the <diff> does not apply to the current page: {exc}") from exc
@@ -140,7 +147,33 @@ def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[S
         placed.append(line)
     if not placed:  # nothing of it stands: not an unchanged page with the answer's reward
         raise ModelOutputError("none of the <diff>'s lines can be placed on the current page")
-    return apply_diff(base, "\n".join(placed), strict=False), len(lines) - len(placed)
+    return apply_diff(base, "\n".join(placed), strict=False), len(lines) - len(placed), anchored
+
+
+def _repair(page: list[str], lines: list[str]) -> tuple[list[str], int]:
+    """The diff with its removal and context lines that the page lacks read by element id, or dropped; and how
+    many were read by id. An addition of a re-read id takes the page's indentation of that element."""
+    present = set(page)
+    by_id = {match.group(1): line for line in page if (match := _LEADING_ID.match(line))}
+    kept: list[str] = []
+    indents: dict[str, str] = {}
+    anchored = 0
+    for line in lines:
+        body = line[2:]
+        match = _LEADING_ID.match(body)
+        if line.startswith("+ "):
+            if match and match.group(1) in indents:
+                line = "+ " + indents[match.group(1)] + body.lstrip(" ")
+            kept.append(line)
+        elif body in present:
+            kept.append(line)
+        elif match and match.group(1) in by_id:
+            own = by_id[match.group(1)]
+            indents[match.group(1)] = own[: len(own) - len(own.lstrip(" "))]
+            kept.append(line[:2] + own)
+            anchored += 1
+        # else: a line the page does not have carries no change to make
+    return kept, anchored
 
 
 def _fix_prefix(line: str) -> str:

@@ -86,6 +86,19 @@ class TrainConfig:
     listed update on (e.g. ``((0, 0.1), (20, 0.5))``)."""
     switch_at: int = 0
     """``sim2real``: updates on the simulator before the switch to real groups."""
+    sim_trust: float = 0.0
+    """``mixed``: the simulator must have earned a task before it plays that task's groups. Real groups are
+    then shadowed (the simulator predicts each real step beside it), and a group drawn synthetic is played on
+    real pages instead (counted in ``gated_groups``) while the simulator's outcome accuracy on the task's last
+    ``sim_trust_window`` shadowed *deciding* steps (the real episode ended, or either side paid a reward) is
+    below this, or fewer than ``sim_trust_min_steps`` of them have been seen. A policy trained on a simulator
+    learns whatever it pays for wrongly (a tiny simulator paid 1 for Submit on an untouched form, and the
+    policy learnt to submit at once); shadowing measures those answers on the states the policy visits now.
+    0 turns the gate off. Generated (curriculum) tasks have no real pages and are never gated."""
+    sim_trust_window: int = 32
+    """``sim_trust``: how many of a task's latest shadowed deciding steps count."""
+    sim_trust_min_steps: int = 8
+    """``sim_trust``: shadowed deciding steps a task needs before its groups may be synthetic."""
     eval_every: int = 0
     """Evaluate on the held-out real tasks and seeds every N updates (0: only at the end, if any are given)."""
     eval_at_start: bool = True
@@ -140,6 +153,15 @@ class TrainConfig:
             last = start
         if self.real_share_schedule and self.mode != "mixed":
             raise ConfigError("TrainConfig.real_share_schedule applies to mixed mode only")
+        if not 0.0 <= self.sim_trust <= 1.0:
+            raise ConfigError(f"TrainConfig.sim_trust must be in [0, 1], got {self.sim_trust}")
+        if self.sim_trust and self.mode != "mixed":
+            raise ConfigError("TrainConfig.sim_trust applies to mixed mode only (it plays gated groups for real)")
+        if self.sim_trust_window < 1 or not 1 <= self.sim_trust_min_steps <= self.sim_trust_window:
+            raise ConfigError(
+                "TrainConfig.sim_trust_window must be >= 1 and sim_trust_min_steps between 1 and the window, got "
+                f"{self.sim_trust_window} and {self.sim_trust_min_steps}"
+            )
         if self.learning_rate <= 0 or self.beta < 0:
             raise ConfigError("TrainConfig.learning_rate must be > 0 and beta >= 0")
 
@@ -157,8 +179,8 @@ class TrainConfig:
 
     @property
     def needs_real(self) -> bool:
-        """Whether any update runs real groups."""
-        return any(self.real_share_at(update) > 0 for update in range(self.updates))
+        """Whether any update runs real groups (the trust gate may play any group real)."""
+        return self.sim_trust > 0 or any(self.real_share_at(update) > 0 for update in range(self.updates))
 
     @property
     def needs_synthetic(self) -> bool:

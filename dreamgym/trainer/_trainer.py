@@ -91,6 +91,9 @@ class TrainerState:
     """Kept groups whose scorable rewards were all equal: zero advantage, nothing learnt."""
     resampled_groups: int = 0
     """Groups played again because they taught nothing (``TrainConfig.resample_flat``)."""
+    gated_groups: int = 0
+    """Groups drawn synthetic and played real because the simulator had not earned their task
+    (``TrainConfig.sim_trust``); counted in ``real_groups`` too."""
     cut_episodes: dict[str, int] = field(default_factory=dict)
     """Training episodes the infrastructure ended, by reason (:data:`~dreamgym.core.INFRASTRUCTURE_CUTS`):
     reward ``None``, no advantage, out of their group's baseline."""
@@ -408,13 +411,14 @@ class Trainer:
         update = self.state.update
         rng = random.Random(f"{self.config.seed}/{update}")
         tasks = self.pool.sample_batch(groups, rng)
-        sources = self._sources(tasks, self.config.real_share_at(update))
+        sources = self._gate(tasks, self._sources(tasks, self.config.real_share_at(update)))
         specs = [
             GroupSpec(
                 task=task,
                 size=size,
                 seed=rng.choice(self.train_seeds),
                 source=source,
+                shadow=source == "real" and self.config.sim_trust > 0,
                 group_id=f"train/u{update}/g{index}",
             )
             for index, (task, source) in enumerate(zip(tasks, sources, strict=True))
@@ -446,13 +450,35 @@ class Trainer:
         """A fresh group in place of one that taught nothing: same side, another task where one remains."""
         fits = [t for t in self.pool if flat.source == "synthetic" or not t.parent_task_id]
         fresh = [t for t in fits if t.task_id not in avoid]
+        task = rng.choice(fresh or fits)
+        source = self._gate([task], [flat.source])[0]
         return GroupSpec(
-            task=rng.choice(fresh or fits),
+            task=task,
             size=self.config.group_size,
             seed=rng.choice(self.train_seeds),
-            source=flat.source,
+            source=source,
+            shadow=source == "real" and self.config.sim_trust > 0,
             group_id=f"{flat.group_id}{suffix}",
         )
+
+    def _gate(self, tasks: Sequence[Task], sources: list[Source]) -> list[Source]:
+        """``sources`` with the synthetic groups of tasks the simulator has not earned played real
+        (``TrainConfig.sim_trust``), each counted in ``gated_groups``."""
+        if not self.config.sim_trust or "synthetic" not in sources:
+            return sources
+        decisions = self._require_portal().snapshot().shadow_decisions
+        gated = list(sources)
+        for n, (task, source) in enumerate(zip(tasks, sources, strict=True)):
+            if source == "synthetic" and not task.parent_task_id and not self._trusted(decisions.get(task.task_id, ())):
+                gated[n] = "real"
+                self.state.gated_groups += 1
+        return gated
+
+    def _trusted(self, decisions: Sequence[bool]) -> bool:
+        recent = decisions[-self.config.sim_trust_window :]
+        if len(recent) < self.config.sim_trust_min_steps:
+            return False
+        return sum(recent) / len(recent) >= self.config.sim_trust
 
     def _sources(self, tasks: Sequence[Task], share: float) -> list[Source]:
         """Each group's side: ``share`` of them real, spread evenly and carried across updates.
@@ -671,6 +697,7 @@ class Trainer:
             **{f"dropped/{why}": n for why, n in sorted(state.dropped.items())},
             "flat_groups": state.flat_groups,
             "resampled_groups": state.resampled_groups,
+            "gated_groups": state.gated_groups,
             **{f"rollout/cut/{reason}": n for reason, n in sorted(state.cut_episodes.items())},
             "eval_real_transitions": state.eval_real_steps,
             "policy_id": self.policy.policy_id,

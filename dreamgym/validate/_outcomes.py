@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from dreamgym.core.protocols import Prediction
 from dreamgym.core.state import parse_state
 from dreamgym.core.types import Step
+from dreamgym.render import StepView
 from dreamgym.simulator import FidelitySummary, StepScore, score_step, summarise_scores
 
 __all__ = [
@@ -201,33 +202,12 @@ def action_error_summary(outcomes: Sequence[StepOutcome]) -> ActionErrorSummary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WorstCase:
-    """One badly predicted step, with the pages side by side (each cut to ``MAX_CASE_CHARS``)."""
+class WorstCase(StepView):
+    """One badly predicted step as a report's step box shows it (each page cut to ``MAX_CASE_CHARS``), with its
+    episode. ``predicted_state`` is empty and ``error`` says why when the model gave no usable answer (then
+    ``raw`` says what it gave, if anything)."""
 
-    task_id: str
-    seed: int | None
     episode_id: str
-    step_index: int
-    goal: str
-    action: str
-    state: str
-    real_state: str
-    predicted_state: str
-    """Empty when the model gave no usable answer (then ``raw`` says what it gave, if anything)."""
-    real_reward: float
-    predicted_reward: float | None
-    real_done: bool
-    predicted_done: bool | None
-    real_error: str
-    predicted_error: str
-    similarity: float
-    f1: float
-    raw: str = ""
-    error: str = ""
-    """Why the model gave no usable answer (for an unusable case)."""
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def worst_cases(outcomes: Sequence[StepOutcome], count: int, *, per_task: int = 2) -> list[WorstCase]:

@@ -11,13 +11,12 @@ and the predicted page side by side (lines only one of them has are marked).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 
-from dreamgym.render import NA, StepView, bar_chart, charts, confusion_chart, line_chart, page, step_box, table
+from dreamgym.render import NA, bar_chart, charts, confusion_chart, line_chart, page, step_box, table
 from dreamgym.simulator import FidelitySummary
 from dreamgym.validate._outcomes import RewardConfusion, WorstCase
 from dreamgym.validate._run import ABLATIONS, ValidationReport
@@ -220,7 +219,7 @@ def _worst(cases: Sequence[WorstCase]) -> list[str]:
     return [
         "<h2>Worst cases (real next page beside the predicted one)</h2>",
         '<p class="muted">Lines only the real page has are red; lines only the prediction has are green.</p>',
-        *(step_box(_view(case)) for case in cases),
+        *(step_box(case) for case in cases),
     ]
 
 
@@ -231,13 +230,5 @@ def _unusable(report: ValidationReport) -> list[str]:
     return [
         f"<h2>Unusable answers ({failures} of {report.steps} steps; examples)</h2>",
         '<p class="muted">Steps the model gave no usable answer for after its retries; each scores 0 everywhere.</p>',
-        *(step_box(_view(case)) for case in report.unusable_cases),
+        *(step_box(case) for case in report.unusable_cases),
     ]
-
-
-_VIEW_FIELDS = tuple(f.name for f in dataclasses.fields(StepView))
-
-
-def _view(case: WorstCase) -> StepView:
-    """A case as a step box shows it (its episode id is in ``validation.json``, not on the page)."""
-    return StepView(**{name: getattr(case, name) for name in _VIEW_FIELDS})

@@ -35,6 +35,7 @@ from dreamgym.core import (
     parse_state,
 )
 from dreamgym.runtime import run_episode
+from dreamgym.simulator import typed_text_page
 
 pytestmark = pytest.mark.anyio
 
@@ -97,6 +98,26 @@ async def test_near_miss_demonstrators_fail_one_detail_short_of_the_goal(
             assert not episode.success, f"{name} seed {seed}"
             assert "submit" in str(steps[-1].action).lower() or "login" in str(steps[-1].action).lower()
     await env.aclose()
+
+
+async def test_real_pages_keep_typed_text_as_the_simulators_rule_writes_it(
+    pool: BrowserPool, miniwob: MiniWobSite
+) -> None:
+    """The simulator's typed-text rule changes nothing on a real page: after every ``type`` of the demonstrators
+    (passwords, Enter pressed or not), the field still on the page holds exactly the typed text."""
+    env = BrowserEnv(pool, sites=[miniwob])
+    typed = 0
+    for name in DEMONSTRATORS:
+        for seed in (0, 1):
+            steps, _ = await run_episode(env, MiniWobDemonstrator(), miniwob.task(name), seed=seed, max_steps=10)
+            for step in steps:
+                if step.action.name != "type":
+                    continue
+                typed += 1
+                before, after = step.observation.state, step.next_observation.state
+                assert typed_text_page(before, after, step.action.args) is None, (name, seed, str(step.action), after)
+    await env.aclose()
+    assert typed >= 10
 
 
 def test_a_mistaken_goal_changes_one_quoted_text_or_one_named_choice() -> None:

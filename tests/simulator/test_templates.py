@@ -186,6 +186,30 @@ def test_diff_lines_naming_absent_page_lines_are_dropped_and_counted() -> None:
     assert parse_answer(answer.replace('- [e9] link "Nope"\n  option "Not here"\n', ""), CURRENT).dropped_lines == 0
 
 
+NESTED = '[e1] generic: Enter "t8FBY"\n[e2] paragraph\n  text: Password\n  [e3] textbox\n[e6] button "Submit"'
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [
+        "- [e3] textbox\n+ [e3] textbox: t8FBY",  # the removal and the addition at the wrong depth
+        "-   [e3] textbox: 9x\n+   [e3] textbox: t8FBY",  # the removal with text the field does not hold
+        "-     [e3] textbox: 9x\n+ [e3] textbox: t8FBY",  # both wrong, differently
+    ],
+)
+def test_diff_lines_that_get_a_line_wrong_but_name_its_id_are_read_as_that_line(diff: str) -> None:
+    parsed = parse_answer(f"<diff>\n{diff}\n</diff><reward>0</reward><done>no</done>", NESTED)
+    assert parsed.state == parse_state(NESTED.replace("  [e3] textbox", "  [e3] textbox: t8FBY"))
+    assert (parsed.anchored_lines, parsed.dropped_lines) == (1, 0)
+
+
+def test_an_id_the_page_lacks_is_still_dropped_not_anchored() -> None:
+    diff = '- [e9] textbox: 9x\n  [e1] generic: Enter "t8FBY"\n+ text: hello'
+    parsed = parse_answer(f"<diff>\n{diff}\n</diff><reward>0</reward><done>no</done>", NESTED)
+    assert (parsed.anchored_lines, parsed.dropped_lines) == (0, 1)
+    assert parsed.state.render().split("\n")[:2] == ['[e1] generic: Enter "t8FBY"', "text: hello"]
+
+
 def test_huge_answers_are_refused_unread() -> None:
     with pytest.raises(ModelOutputError, match="characters"):
         parse_answer("<diff>" + "+ text: x\n" * (MAX_ANSWER_CHARS // 8), CURRENT)

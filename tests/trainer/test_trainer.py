@@ -47,14 +47,19 @@ def make_policy(toy_chat: tuple[Any, Any], **settings: Any) -> LocalPolicy:
 
 
 def sides_opener(
-    root: Path, *, real: Callable[[], Any] | None = None, evaluation: bool = False
+    root: Path,
+    *,
+    real: Callable[[], Any] | None = None,
+    evaluation: bool = False,
+    backend: Callable[[], ToyBackend] = ToyBackend,
 ) -> Callable[[anyio.CapacityLimiter], Any]:
     counts = Counts()
+    make_backend = backend
 
     @asynccontextmanager
     async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
         async with open_store(root / "store") as store, open_store(root / "eval-store") as eval_store:
-            backend = ToyBackend()
+            backend = make_backend()
             yield Sides(
                 store=store,
                 real_env=real or (lambda: ToyFormEnv(counts)),
@@ -351,6 +356,48 @@ def test_flat_groups_are_replaced_by_fresh_draws(toy_chat: tuple[Any, Any], tmp_
     assert spread.count(True) == 1 + rounds  # what TRL trains on: every group with a signal when resampled
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["resampled_groups"] == rounds and lines[-1]["flat_groups"] == 1
+
+
+class BackwardsBackend(ToyBackend):
+    """A simulator wrong on every outcome: Submit pays on an empty form and not on a filled one."""
+
+    async def complete(self, messages: Any, sampling: Any) -> Any:
+        completion = await super().complete(messages, sampling)
+        if "<done>yes</done>" in completion.text:
+            paid = int("textbox: " not in messages[-1].content)
+            completion = dataclasses.replace(
+                completion, text=f"<diff>\n</diff>\n<reward>{paid}</reward>\n<done>yes</done>"
+            )
+        return completion
+
+
+@pytest.mark.parametrize(("backend", "synthetic_groups", "gated"), [(ToyBackend, 1, 1), (BackwardsBackend, 0, 2)])
+def test_the_trust_gate_plays_real_what_the_simulator_has_not_earned(
+    toy_chat: tuple[Any, Any], tmp_path: Path, backend: type[ToyBackend], synthetic_groups: int, gated: int
+) -> None:
+    """Update 1's synthetic group is played real (nothing shadowed yet); its real groups are shadowed. Update 2
+    trusts the simulator that got every deciding step right and still refuses the one that got them all wrong."""
+    opener = sides_opener(tmp_path, backend=backend)
+    trainer = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, updates=2, open_sides=opener,
+                           sim_trust=0.9, sim_trust_min_steps=4)  # fmt: skip
+    state = trainer.train().state
+    assert (state.synthetic_groups, state.gated_groups) == (synthetic_groups, gated)
+    assert state.real_groups == 4 - synthetic_groups
+    episodes, steps = anyio.run(stored, tmp_path / "store")
+    real = [e for e in episodes if e.source == "real"]
+    shadowed = {s.episode_id.removesuffix("/shadow") for s in steps if s.episode_id.endswith("/shadow")}
+    assert shadowed == {e.episode_id for e in real}  # every real training episode, step by step
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["gated_groups"] == state.gated_groups
+
+
+def test_the_trust_gate_needs_mixed_mode_and_a_sane_window() -> None:
+    out = Path("unused")
+    with pytest.raises(ConfigError, match="mixed mode only"):
+        TrainConfig(mode="synthetic", updates=1, output_dir=out, sim_trust=0.9)
+    with pytest.raises(ConfigError, match="sim_trust_min_steps"):
+        TrainConfig(mode="mixed", updates=1, output_dir=out, sim_trust=0.9, sim_trust_min_steps=40)
+    assert TrainConfig(mode="mixed", updates=1, real_share=0.0, output_dir=out, sim_trust=0.9).needs_real
 
 
 class ContractTrainer(Trainer):

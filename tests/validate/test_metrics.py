@@ -54,8 +54,11 @@ async def test_a_perfect_simulator_scores_perfectly(tmp_path: Path) -> None:
     assert (errors.n, errors.predicted_error, errors.predicted_unchanged, errors.predicted_reward_zero) == (3, 1, 1, 1)
     assert list(report.by_depth["model"]) == ["0", "1", "2"]
     assert [s.n for s in report.by_depth["model"].values()] == [6, 6, 3]
-    unchanged = report.by_change["unchanged"]  # right on every unchanged page, never on a changed one
-    assert unchanged["page unchanged"].exact_match == 1.0 and unchanged["page changed"].exact_match == 0.0
+    # Keeping the page is right on every unchanged page; held to the simulator's typed-text rule, it is also right
+    # on the pages here that change, since only typing changes them (the rule writes the typed text, not the model).
+    unchanged = report.by_change["unchanged"]
+    assert unchanged["page unchanged"].exact_match == 1.0 and unchanged["page changed"].exact_match == 1.0
+    assert report.by_change["model"]["page changed"].n == 6
     assert sum(s.n for s in report.by_change["model"].values()) == report.steps
     assert list(report.by_site["model"]) == ["toy"] and list(report.by_task["model"]) == ["toy/name"]
     drift = report.open_loop["model"]
@@ -85,10 +88,10 @@ async def test_a_known_wrong_simulator_scores_what_it_should(tmp_path: Path) -> 
 async def test_the_baselines_score_what_they_should(tmp_path: Path) -> None:
     report = await run(tmp_path, OracleModel(all_steps(SEEDS)), exclude_task_seeds=ALL_HELD_OUT, open_loop=3)
     unchanged = report.one_step["unchanged"]
-    # Right on the Submit and error pages (3 of 5 per seed), 2 of 3 lines and elements on the typing pages.
-    assert (unchanged.exact_match, unchanged.reward_accuracy, unchanged.done_accuracy) == (0.6, 0.8, 0.6)
-    assert unchanged.similarity == pytest.approx((9 + 6 * 2 / 3) / 15, abs=1e-4)
-    assert unchanged.f1 == pytest.approx((9 + 6 * 2 / 3) / 15, abs=1e-4)
+    # Every page right (the typed-text rule writes what typing changes), but never the reward of a Submit that
+    # wins (1 of 5 steps per seed) and never the end of an episode (2 of 5: the Submit and the stop).
+    assert (unchanged.exact_match, unchanged.reward_accuracy, unchanged.done_accuracy) == (1.0, 0.8, 0.6)
+    assert unchanged.similarity == unchanged.f1 == 1.0
     assert unchanged.hallucination_rate == 0.0
     assert report.action_errors["unchanged"].predicted_error == 0.0
     assert report.action_errors["unchanged"].predicted_unchanged == 1.0
@@ -96,9 +99,13 @@ async def test_the_baselines_score_what_they_should(tmp_path: Path) -> None:
     copy = report.one_step["copy_top_retrieved"]
     untimed = {"name": "", "seconds_per_step": 0.0}  # scores, not how long each took (a loaded machine varies)
     assert {**copy.as_dict(), **untimed} == {**unchanged.as_dict(), **untimed}
-    # Open loop, the unchanged page stays the first page: right at k=1 on the error step only.
+    # Open loop, the pages stay right (typing is the rule's) but the winning Submit at k=2 earns nothing.
     drift = report.open_loop["unchanged"]
-    assert drift[0].n == 6 and drift[0].similarity == pytest.approx((3 + 3 * 2 / 3) / 6, abs=1e-4)
+    assert [(point.n, point.similarity, point.reward_accuracy) for point in drift] == [
+        (6, 1.0, 1.0),
+        (6, 1.0, 0.5),
+        (3, 1.0, 1.0),
+    ]
 
 
 async def test_copy_top_retrieved_replays_the_neighbours_change_on_this_page() -> None:

@@ -1,0 +1,65 @@
+"""The simulator's rules on any predictor's answer: typed text stays in its field, ``stop`` ends."""
+
+from __future__ import annotations
+
+import pytest
+import toy_form
+from sim_helpers import TOY_TEMPLATE, ScriptedBackend
+
+from dreamgym.core import ExperienceQuery, Observation, parse_action
+from dreamgym.simulator import (
+    ExperienceModelConfig,
+    LLMExperienceModel,
+    SimulatedEnv,
+    UnchangedPage,
+    predict_steps,
+    typed_text_page,
+)
+
+pytestmark = pytest.mark.anyio
+
+FORM = '[e1] form "Login"\n  [e2] textbox "Username"\n  [e3] textbox "Password": old\n  [e4] button "Login"'
+
+
+def test_typed_text_replaces_the_fields_content_even_nested() -> None:
+    after = typed_text_page(FORM, FORM, ("e3", "s3cret  pass", "0"))
+    assert after == FORM.replace('"Password": old', '"Password": s3cret pass')
+
+
+@pytest.mark.parametrize(
+    ("after", "why"),
+    [
+        ('[e1] heading "Welcome"\n[e2] link "Home"', "the page moved on: the field is gone"),
+        ('[e1] form "Login"\n  [e3] button "Password"', "same id, another element"),
+        ('[e1] form "Login"\n  [e3] textbox "Email"', "same id and role, another name"),
+        (FORM.replace(": old", ": karrie"), "the field already holds the text"),
+    ],
+)
+def test_typed_text_leaves_pages_where_it_does_not_apply(after: str, why: str) -> None:
+    assert typed_text_page(FORM, after, ("e3", "karrie", "1")) is None, why
+
+
+def test_typed_text_only_writes_text_entry_fields() -> None:
+    assert typed_text_page(FORM, FORM, ("e4", "karrie", "0")) is None  # a button holds no typed text
+
+
+async def test_simulated_env_writes_the_typed_text_the_model_got_wrong() -> None:
+    wrong = "<diff>\n- [e2] textbox\n+ [e2] textbox: 9x\n</diff>\n<reward>0</reward>\n<done>no</done>"
+    model = LLMExperienceModel(ScriptedBackend([wrong]), config=ExperienceModelConfig(template=TOY_TEMPLATE))
+    env = SimulatedEnv(model)
+    env.start_from(toy_form.TASK, toy_form.page(1))
+    result = await env.step(parse_action("type [e2] [Bo] [0]"))
+    assert result.observation.state == toy_form.page(1, "Bo").state
+    assert result.info["rules"] == ["typed_text"] and env.stats.typed_text_rule == 1
+
+
+async def test_teacher_forced_predictions_are_held_to_the_same_rules() -> None:
+    def ask(action: str, observation: Observation) -> ExperienceQuery:
+        return ExperienceQuery(task=toy_form.TASK, history=(), observation=observation, action=parse_action(action))
+
+    typed, stopped = toy_form.episode(2, "Cyd")[0], toy_form.episode(2, "Cyd")[1]
+    queries = [(typed, ask("type [e2] [Cyd] [0]", toy_form.page(2))), (stopped, ask("stop [Cyd]", toy_form.page(2)))]
+    made = await predict_steps(UnchangedPage(), queries)
+    first, second = made.predictions
+    assert first is not None and first.observation.state == toy_form.page(2, "Cyd").state
+    assert second is not None and second.terminated and second.observation.state == toy_form.page(2).state
