@@ -63,6 +63,7 @@ from dreamgym.agents._prompt import INDEX_TOKENS, AnswerFormat, goal_first, pars
 from dreamgym.agents._tokens import ChatTurns, turn_prefix
 from dreamgym.core.actions import candidate_actions, invalid_action, stop
 from dreamgym.core.batching import ThreadBatcher
+from dreamgym.core.devices import check_device, check_dtype, place_given, place_loaded
 from dreamgym.core.errors import BackendError, ConfigError
 from dreamgym.core.protocols import PolicyDecision
 from dreamgym.core.state import parse_state
@@ -108,8 +109,16 @@ class LocalPolicyConfig:
     max_pass_tokens: int = 1024
     """Cap on rows x candidate tokens of one scoring pass; its logits take that
     many times the vocabulary size in floats (200 MB for SmolLM2 at 1024)."""
+    device: str = "auto"
+    """Where the model runs: ``auto`` (CUDA where torch sees a GPU, else the CPU; a model given
+    already loaded stays where it is), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
+    dtype: str = "auto"
+    """The model's weights: ``auto`` (as loaded, float32 on the CPU; a model given already loaded
+    keeps its own), ``float32``, ``bfloat16`` or ``float16``."""
 
     def __post_init__(self) -> None:
+        check_device(self.device, "LocalPolicyConfig.device")
+        check_dtype(self.dtype, "LocalPolicyConfig.dtype")
         if self.mode not in ("choose", "generate", "index"):
             raise ConfigError(f"LocalPolicyConfig.mode must be 'choose', 'generate' or 'index', not {self.mode!r}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -178,7 +187,8 @@ class LocalPolicy:
     ``policy_id`` is ``local:{name}@{digest[:16]}/{mode}``, recorded on every step.
 
     Args:
-        model: A transformers causal LM (set to eval mode here).
+        model: A transformers causal LM (set to eval mode here), moved to ``config.device`` and cast to
+            ``config.dtype`` where they are not ``"auto"``: with ``"auto"`` it stays where it is, as it is.
         tokenizer: Its tokenizer, with a chat template that ends assistant
             turns with its EOS token.
         name: What ``policy_id`` calls the model.
@@ -214,7 +224,7 @@ class LocalPolicy:
 
         self.config = config or LocalPolicyConfig()
         self.weights = weights or WeightsVersion()
-        self._model = model.eval()
+        self._model = place_given(model, self.config.device, self.config.dtype).eval()
         self.tokenizer = tokenizer
         self.turns = ChatTurns(tokenizer)
         self.name = name
@@ -255,13 +265,14 @@ class LocalPolicy:
 
     def sibling(self, **changes: Any) -> LocalPolicy:
         """A policy over the same model, tokenizer, weight count and torch limiter, with ``changes``
-        to the config (e.g. ``temperature=0`` for greedy evaluation)."""
+        to the config (e.g. ``temperature=0`` for greedy evaluation); it takes the model where it is
+        (its ``device`` and ``dtype`` are ``"auto"``)."""
         return LocalPolicy(
             self._model,
             self.tokenizer,
             name=self.name,
             digest=self.digest,
-            config=replace(self.config, **changes),
+            config=replace(self.config, **{"device": "auto", "dtype": "auto", **changes}),
             limiter=self.limiter,
             weights=self.weights,
         )
@@ -304,7 +315,9 @@ class LocalPolicy:
 
         An ``index`` policy whose tokenizer lacks the label tokens gets them
         (:func:`~dreamgym.agents.add_index_tokens`, logged): its ``name`` then
-        ends in ``+labels``, since the model is no longer the directory's.
+        ends in ``+labels``, since the model is no longer the directory's. The
+        model goes where ``config``'s ``device`` and ``dtype`` say, ``"auto"``
+        resolved (CUDA where torch sees a GPU; float32 on the CPU).
 
         Raises:
             ConfigError: There is no model directory at ``path``.
@@ -320,15 +333,15 @@ class LocalPolicy:
         kwargs.setdefault("digest", weights_digest(root))
         model = AutoModelForCausalLM.from_pretrained(str(root))
         tokenizer = AutoTokenizer.from_pretrained(str(root))
-        config = kwargs.get("config")
-        if config is not None and config.mode == "index" and add_index_tokens(model, tokenizer):
+        config = kwargs.get("config") or LocalPolicyConfig()
+        if config.mode == "index" and add_index_tokens(model, tokenizer):
             log.warning(
                 "%s has no label tokens: added %d; an index policy picks near chance until trained on them",
                 root,
                 len(INDEX_TOKENS),
             )
             kwargs["name"] = f"{kwargs['name']}+labels"
-        return cls(model, tokenizer, **kwargs)
+        return cls(place_loaded(model, config.device, config.dtype), tokenizer, **kwargs)
 
     def mark_version(self, version: str) -> None:
         """Name weights trained in place without re-hashing them: ``policy_id`` gains ``+version``.

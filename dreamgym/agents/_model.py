@@ -1,6 +1,8 @@
 """The policy's torch work: scoring candidate replies after shared prefixes, sampling a reply, drawing one token.
 
-All of it runs in a worker thread under ``torch.inference_mode``. A sampled
+All of it runs in a worker thread under ``torch.inference_mode``, every
+tensor made on the model's device (:func:`~dreamgym.core.devices.model_device`);
+a token is drawn where the policy's seeded generator is (the CPU). A sampled
 token's recorded log-probability is the one it was drawn with,
 ``log_softmax(logits / T)`` at the sampling temperature ``T``: the quantity
 TRL recomputes when ``GRPOConfig.temperature`` is that ``T``. A greedy draw
@@ -18,6 +20,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from dreamgym.core.devices import model_device
 
 if TYPE_CHECKING:
     import torch
@@ -104,7 +108,8 @@ class PromptHead:
         key = (id(model), self.weights.value)
         if self._cache is None or key != self._key:
             cache = DynamicCache(config=model.config)
-            model(input_ids=torch.tensor([list(self.ids)]), cache=cache, use_cache=True, logits_to_keep=1)
+            ids = torch.tensor([list(self.ids)], device=model_device(model))
+            model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             self._cache, self._key = cache, key
         return copy.deepcopy(self._cache)
 
@@ -196,30 +201,31 @@ def _prefill(
     import torch
     from transformers import DynamicCache
 
+    device = model_device(model)
     start, cache = 0, DynamicCache(config=model.config)
     if head is not None and head.starts(prefixes):
         start, cache = len(head.ids), head.cache(model)
     shared = _shared_length(prefixes, start)
     if shared > start:
-        ids = torch.tensor([list(prefixes[0][start:shared])])
-        positions = torch.arange(start, shared).unsqueeze(0)
+        ids = torch.tensor([list(prefixes[0][start:shared])], device=device)
+        positions = torch.arange(start, shared, device=device).unsqueeze(0)
         model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
     if shared and len(prefixes) > 1:
         cache.batch_repeat_interleave(len(prefixes))
     width = max(len(p) for p in prefixes) - shared
-    ids = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prefixes), shared + width), dtype=torch.long)
+    ids = torch.full((len(prefixes), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(prefixes), shared + width), dtype=torch.long, device=device)
     mask[:, :shared] = 1
-    positions = torch.zeros((len(prefixes), width), dtype=torch.long)
+    positions = torch.zeros((len(prefixes), width), dtype=torch.long, device=device)
     for n, prefix in enumerate(prefixes):
         own = len(prefix) - shared
-        ids[n, width - own :] = torch.tensor(list(prefix[shared:]))
+        ids[n, width - own :] = torch.tensor(list(prefix[shared:]), device=device)
         mask[n, shared + width - own :] = 1
-        positions[n, width - own :] = torch.arange(shared, len(prefix))
+        positions[n, width - own :] = torch.arange(shared, len(prefix), device=device)
     out = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
     )
-    lengths = torch.tensor([len(p) for p in prefixes])
+    lengths = torch.tensor([len(p) for p in prefixes], device=device)
     return out.cache, out.logits[:, -1, :], mask, lengths
 
 
@@ -255,29 +261,31 @@ def _score_packed(
     if width == 0:
         return [[[] for _ in group] for group in candidates]
     rows, prefix_width = prefix_mask.shape
-    ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    positions = torch.zeros((rows, width), dtype=torch.long)
-    allowed = torch.zeros((rows, width, prefix_width + width), dtype=torch.bool)
+    device = model_device(model)
+    ids = torch.full((rows, width), pad_id, dtype=torch.long, device=device)
+    positions = torch.zeros((rows, width), dtype=torch.long, device=device)
+    allowed = torch.zeros((rows, width, prefix_width + width), dtype=torch.bool, device=device)
     allowed[:, :, :prefix_width] = prefix_mask.bool().unsqueeze(1)
     for row, group in enumerate(inputs):
         start = 0
         for tokens in group:
             end = start + len(tokens)
-            ids[row, start:end] = torch.tensor(tokens, dtype=torch.long)
-            positions[row, start:end] = lengths[row] + torch.arange(len(tokens))
-            block = torch.ones((len(tokens), len(tokens)), dtype=torch.bool).tril()
+            ids[row, start:end] = torch.tensor(tokens, dtype=torch.long, device=device)
+            positions[row, start:end] = lengths[row] + torch.arange(len(tokens), device=device)
+            block = torch.ones((len(tokens), len(tokens)), dtype=torch.bool, device=device).tril()
             allowed[row, start:end, prefix_width + start : prefix_width + end] = block
             start = end
     dtype = model.dtype
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min).unsqueeze(1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    mask = mask.unsqueeze(1)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
     logprobs = torch.log_softmax(out.logits.float(), dim=-1)
     scores: list[list[list[float]]] = []
     for row, replies in enumerate(candidates):
         start, found = 0, []
         for reply in replies:
-            targets = torch.tensor(list(reply[1:]), dtype=torch.long)
-            found.append(logprobs[row, start + torch.arange(len(targets)), targets].tolist())
+            targets = torch.tensor(list(reply[1:]), dtype=torch.long, device=device)
+            found.append(logprobs[row, start + torch.arange(len(targets), device=device), targets].tolist())
             start += len(targets)
         scores.append(found)
     return scores
@@ -291,7 +299,7 @@ def _sampled(logits: torch.Tensor, temperature: float, generator: torch.Generato
         token = int(torch.argmax(logits))
         return token, float(torch.log_softmax(logits, dim=-1)[token])
     logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    token = int(torch.multinomial(logprobs.exp(), 1, generator=generator))
+    token = int(torch.multinomial(logprobs.exp().to(generator.device), 1, generator=generator))
     return token, float(logprobs[token])
 
 
@@ -325,8 +333,9 @@ def generate_reply(
         start, cache = 0, DynamicCache(config=model.config)
         if head is not None and head.starts([prefix]):
             start, cache = len(head.ids), head.cache(model)
-        ids_in = torch.tensor([list(prefix[start:])])
-        positions = torch.arange(start, len(prefix)).unsqueeze(0)
+        device = model_device(model)
+        ids_in = torch.tensor([list(prefix[start:])], device=device)
+        positions = torch.arange(start, len(prefix), device=device).unsqueeze(0)
         logits = model(input_ids=ids_in, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits
         while True:
             if len(ids) >= max_new_tokens or (ids and finished(ids)):
@@ -340,7 +349,7 @@ def generate_reply(
             sampled.append(1)
             if token == eos_id:
                 return ids, logprobs, sampled
-            logits = model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True).logits
+            logits = model(input_ids=torch.tensor([[token]], device=device), cache=cache, use_cache=True).logits
 
 
 def draw_tokens(

@@ -37,6 +37,12 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--batch-size", type=int, default=8)
     train.add_argument("--lr", type=float, default=None, help="learning rate (default depends on the base)")
     train.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimizer steps")
+    train.add_argument("--device", default="auto",
+                       help="where it trains: auto (CUDA where torch sees a GPU, else the CPU), cpu, cuda, cuda:N "
+                            "or mps (default: auto)")  # fmt: skip
+    train.add_argument("--dtype", default="auto",
+                       help="the passes' precision: auto (the weights as loaded, float32 on the CPU), float32, or "
+                            "bfloat16 / float16 (mixed precision, on CUDA only) (default: auto)")  # fmt: skip
     train.add_argument("--history", type=int, default=1, help="past steps in the prompt (H)")
     train.add_argument("--neighbours", type=int, default=2, help="retrieved real transitions in the prompt (k)")
     train.add_argument("--output", choices=("diff", "state"), default="diff", help="predict a diff or the full page")
@@ -124,7 +130,7 @@ def _run_train(args: argparse.Namespace) -> int:
     )
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.lr, max_steps=args.max_steps,
+        learning_rate=args.lr, max_steps=args.max_steps, device=args.device, dtype=args.dtype,
     )  # fmt: skip
 
     async def examples() -> list[Any]:

@@ -161,8 +161,8 @@ def _run_train(args: argparse.Namespace) -> int:
         print(f"note: {args.store} is new; the simulator will write first pages itself. Collect real steps first "
               "(dreamgym collect) to start groups from real pages and ground retrieval.")  # fmt: skip
     policy_dir = args.policy_model or smollm2_checkpoint()
-    policy_config = LocalPolicyConfig(
-        mode=args.policy_mode, temperature=args.temperature, seed=config.seed, list_actions=False
+    policy_config = LocalPolicyConfig(  # loaded where TRL trains it
+        mode=args.policy_mode, temperature=args.temperature, seed=config.seed, list_actions=False, device=config.device
     )
     policy = LocalPolicy.load(policy_dir, config=policy_config)
     refit = None

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dreamgym.core.devices import mixed_precision, model_device
 from dreamgym.core.progress import progress
 
 __all__ = ["FitResult", "TokenizedExample", "fit", "length_grouped_batches", "tokenize_example"]
@@ -116,14 +117,20 @@ def fit(
     max_steps: int = -1,
     warmup: float = 0.05,
     group_by_length: bool = True,
+    dtype: str = "auto",
     what: str = "train",
 ) -> FitResult:
     """Train ``model`` in place on ``examples`` (blocking), reported as a progress phase of optimizer steps.
 
     ``epochs`` may be fractional (the steps are rounded up); ``max_steps``
-    (> 0) stops sooner. Raises nothing of its own; a model that cannot take
-    the batch raises torch's error.
+    (> 0) stops sooner. ``dtype`` ``bfloat16`` or ``float16`` runs the passes
+    on CUDA in mixed precision (autocast over the weights, the loss scaled for
+    ``float16``; :func:`~dreamgym.core.devices.mixed_precision`); otherwise they
+    run in the weights' own dtype. Raises nothing of its own; a model that
+    cannot take the batch raises torch's error.
     """
+    import contextlib
+
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
@@ -138,10 +145,12 @@ def fit(
     while len(plan) < total:
         plan += length_grouped_batches(lengths, batch_size, rng, grouped=group_by_length)
     plan = plan[:total]
-    device = next(model.parameters()).device
+    device = model_device(model)
+    precision = mixed_precision(device, dtype)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.0)
     schedule = get_cosine_schedule_with_warmup(optimizer, math.ceil(warmup * total), total)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == torch.float16)
     model.train()
     began = time.perf_counter()
     loss_sum = 0.0
@@ -150,10 +159,13 @@ def fit(
     with progress(what, total=total, unit="steps") as phase:
         for batch in plan:
             inputs = _collate([examples[i] for i in batch], pad_id, device)
-            out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=inputs["labels"])
-            out.loss.backward()
+            with torch.autocast(device.type, dtype=precision) if precision is not None else contextlib.nullcontext():
+                out = model(**inputs)
+            scaler.scale(out.loss).backward()
+            scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
             last = float(out.loss.detach())
@@ -181,12 +193,12 @@ def _collate(rows: Sequence[TokenizedExample], pad_id: int, device: Any) -> dict
     import torch
 
     width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long, device=device)
     for n, row in enumerate(rows):
-        values = torch.tensor(row.input_ids, dtype=torch.long)
+        values = torch.tensor(row.input_ids, dtype=torch.long, device=device)
         ids[n, : len(row)] = values
         mask[n, : len(row)] = 1
         labels[n, row.prompt_length : len(row)] = values[row.prompt_length :]
-    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": labels.to(device)}
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}

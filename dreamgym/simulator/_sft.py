@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym.core.devices import check_device, check_dtype, place_loaded, trainer_flags
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour, ReplayStore, Sampling, TextBackend
@@ -117,12 +118,20 @@ class SimTrainConfig:
     per second on a CPU); ``"trl"``: TRL's ``SFTTrainer``, which the offline default still trains with (the
     faster loop's candidate recipe predicted worse: ``benchmarks/sim_build.py``). Both train the same loss on the
     same tokens."""
+    device: str = "auto"
+    """Where it trains: ``auto`` (CUDA where torch sees a GPU, else the CPU), ``cpu``, ``cuda``, ``cuda:N`` (the
+    plain loop; TRL's trains on the first GPU it sees) or ``mps``."""
+    dtype: str = "auto"
+    """The passes' precision: ``auto`` (the weights as loaded, float32 on the CPU), ``float32``, or ``bfloat16`` /
+    ``float16``: mixed precision over the weights as loaded, on CUDA only (the CPU trains in float32)."""
 
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError("SimTrainConfig.epochs must be > 0 and batch_size >= 1")
         if self.loop not in ("plain", "trl"):
             raise ConfigError(f"SimTrainConfig.loop must be 'plain' or 'trl', not {self.loop!r}")
+        check_device(self.device, "SimTrainConfig.device", trl=self.loop == "trl")
+        check_dtype(self.dtype, "SimTrainConfig.dtype")
         if self.base != "scratch" and not Path(self.base).expanduser().is_dir():
             raise ConfigError(f"SimTrainConfig.base must be 'scratch' or a local model directory; {self.base!r} is not")
 
@@ -342,6 +351,8 @@ def train_experience_model(
     out = Path(out_dir).expanduser()
     started = time.time()
     model, tokenizer = _base_model(examples, config)
+    weights = "auto" if config.dtype in ("bfloat16", "float16") else config.dtype  # mixed precision keeps them
+    model = place_loaded(model, config.device, weights)
     peft_config = _lora_config(config)
     what = f"train the experience model ({len(examples)} examples)"
     if config.loop == "trl":
@@ -403,7 +414,7 @@ def _train_plain(
     result = fit(
         model, rows, pad_id=tokenizer.pad_token_id, epochs=config.epochs, batch_size=config.batch_size,
         learning_rate=config.lr, seed=config.seed, max_steps=config.max_steps,
-        group_by_length=config.group_by_length, what=what,
+        group_by_length=config.group_by_length, dtype=config.dtype, what=what,
     )  # fmt: skip
     figures = {
         "train_loss": result.loss,
@@ -450,8 +461,7 @@ def _train_with_trl(
         logging_steps=10,
         save_strategy="no",
         report_to="none",
-        use_cpu=True,
-        bf16=False,
+        **trainer_flags(config.device, config.dtype),
         seed=config.seed,
         max_length=config.max_length,
         completion_only_loss=True,

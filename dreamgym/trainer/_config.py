@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from dreamgym.core.devices import check_device, check_dtype
 from dreamgym.core.errors import ConfigError
 from dreamgym.simulator import CurriculumConfig
 
@@ -117,8 +118,17 @@ class TrainConfig:
     report_to: tuple[str, ...] = ("tensorboard",)
     """Loggers besides the JSON lines file (``metrics.jsonl``): any of TRL's ``report_to``
     (``tensorboard``, ``trackio``, ``wandb`` where installed), or ``()``."""
+    device: str = "auto"
+    """Where TRL trains the policy: ``auto`` (CUDA where torch sees a GPU, else the CPU), ``cpu`` or ``cuda``
+    (the first GPU the process sees, each rank its own: pick one with ``CUDA_VISIBLE_DEVICES``); TRL moves the
+    policy's model there."""
+    dtype: str = "auto"
+    """The precision of TRL's passes: ``auto`` or ``float32`` (the policy's weights' own), or ``bfloat16`` /
+    ``float16``: mixed precision over the weights as they are (keep them float32 for ``float16``), on CUDA only."""
 
     def __post_init__(self) -> None:
+        check_device(self.device, "TrainConfig.device", trl=True)
+        check_dtype(self.dtype, "TrainConfig.dtype")
         if self.mode not in MODES:
             raise ConfigError(f"TrainConfig.mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         for name in ("updates", "group_size", "groups_per_update"):

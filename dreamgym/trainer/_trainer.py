@@ -54,6 +54,7 @@ import msgspec
 from transformers import PrinterCallback, TrainerCallback
 
 from dreamgym.agents import LocalPolicy, episode_sequence, link_turns
+from dreamgym.core.devices import trainer_flags
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import Policy
@@ -305,9 +306,7 @@ class Trainer:
             save_strategy="steps",  # every save_every updates, and at the last (resume finds a finished run)
             save_steps=config.save_every or config.updates,
             report_to=list(config.report_to),
-            use_cpu=True,
-            bf16=False,
-            fp16=False,
+            **trainer_flags(config.device, config.dtype),
             gradient_checkpointing=False,
             disable_dropout=True,
             seed=config.seed,

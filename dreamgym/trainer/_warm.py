@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from dreamgym.agents import INDEX_TOKENS, LocalPolicy
+from dreamgym.core.devices import model_device
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.types import Step, Task
 
@@ -187,15 +188,15 @@ def _length_batches(examples: Sequence[Demonstration], size: int, rng: random.Ra
     return batches
 
 
-def _batch(rows: Sequence[Demonstration], pad_id: int) -> tuple[Any, Any]:
-    """Rows right-padded into ids and an attention mask."""
+def _batch(rows: Sequence[Demonstration], pad_id: int, device: Any) -> tuple[Any, Any]:
+    """Rows right-padded into ids and an attention mask, on ``device``."""
     import torch
 
     width = max(len(row.ids) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
     for n, row in enumerate(rows):
-        ids[n, : len(row.ids)] = torch.tensor(row.ids)
+        ids[n, : len(row.ids)] = torch.tensor(row.ids, device=device)
         mask[n, : len(row.ids)] = 1
     return ids, mask
 
@@ -204,10 +205,11 @@ def _last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
     """The logits after each row's last id (rows right-padded, masked)."""
     import torch
 
-    ids, mask = _batch(rows, pad_id)
-    last = torch.tensor([len(row.ids) - 1 for row in rows])
+    device = model_device(model)
+    ids, mask = _batch(rows, pad_id, device)
+    last = torch.tensor([len(row.ids) - 1 for row in rows], device=device)
     logits = model(input_ids=ids, attention_mask=mask).logits
-    return logits[torch.arange(len(rows)), last].float()
+    return logits[torch.arange(len(rows), device=device), last].float()
 
 
 def _losses(model: Any, rows: Sequence[Demonstration], pad_id: int, *, text: bool) -> tuple[Any, Any]:
@@ -215,14 +217,16 @@ def _losses(model: Any, rows: Sequence[Demonstration], pad_id: int, *, text: boo
     import torch
     import torch.nn.functional as F
 
-    ids, mask = _batch(rows, pad_id)
-    last = torch.tensor([len(row.ids) - 1 for row in rows])
-    labels = torch.tensor([row.label for row in rows])
+    device = model_device(model)
+    ids, mask = _batch(rows, pad_id, device)
+    last = torch.tensor([len(row.ids) - 1 for row in rows], device=device)
+    labels = torch.tensor([row.label for row in rows], device=device)
+    every = torch.arange(len(rows), device=device)
     if not text:
         logits = model(input_ids=ids, attention_mask=mask).logits
-        return F.cross_entropy(logits[torch.arange(len(rows)), last].float(), labels), torch.zeros(())
+        return F.cross_entropy(logits[every, last].float(), labels), torch.zeros((), device=device)
     logits = model(input_ids=ids, attention_mask=mask).logits.float()
-    label_loss = F.cross_entropy(logits[torch.arange(len(rows)), last], labels)
+    label_loss = F.cross_entropy(logits[every, last], labels)
     targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
     text_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
     return label_loss, text_loss

@@ -31,10 +31,11 @@ def make_stores(root: Path) -> tuple[Path, Path]:
 def test_sim_train_then_eval_beside_the_baselines(tmp_path: Path) -> None:
     train, held = make_stores(tmp_path)
     out = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "model"), "--max-steps", "2",
-                   "--hold-out", "toy/form:3").stdout  # fmt: skip
+                   "--hold-out", "toy/form:3", "--device", "cpu", "--dtype", "float32").stdout  # fmt: skip
     assert "on 12 examples" in out and "experience/v1:h1:k2:direct:diff" in out
     meta = read_metadata(tmp_path / "model")
     assert meta["held_out"] == [["toy/form", 3]] and meta["trained_with_reasoning"] is False
+    assert (meta["config"]["device"], meta["config"]["dtype"]) == ("cpu", "float32")
     lines = dreamgym("sim", "eval", str(train), "--steps", str(held), "--model", str(tmp_path / "model"),
                      "--json").stdout.splitlines()  # fmt: skip
     rows = {row["name"]: row for row in map(json.loads, lines)}
@@ -75,6 +76,11 @@ def test_sim_train_refuses_a_missing_base(tmp_path: Path) -> None:
     result = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "m"), "--base", str(tmp_path / "nope"),
                       check=False)  # fmt: skip
     assert result.returncode == 1 and "local model directory" in result.stderr
+    for flag, value, says in (("--device", "tpu", "'cuda:N' or 'mps', not 'tpu'"),
+                              ("--dtype", "float8", "'bfloat16', 'float16', not 'float8'")):  # fmt: skip
+        result = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "m"), flag, value, check=False)
+        assert result.returncode == 1 and f"SimTrainConfig.{flag[2:]} must be" in result.stderr, result.stderr
+        assert says in result.stderr
 
 
 @pytest.mark.slow

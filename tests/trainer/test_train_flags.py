@@ -54,6 +54,8 @@ SET: dict[str, tuple[tuple[str, ...], Any]] = {
     "curriculum_every": (("--curriculum-every", "2"), 2),
     "seed": (("--seed", "9"), 9),
     "report_to": (("--report-to", ""), ()),
+    "device": (("--device", "cpu"), "cpu"),
+    "dtype": (("--dtype", "bfloat16"), "bfloat16"),
 }
 SIM2REAL = {"mode": (("--mode", "sim2real"), "sim2real"), "switch_at": (("--switch-at", "3"), 3)}
 
@@ -118,6 +120,8 @@ def test_a_config_file_sets_the_same_fields_and_flags_override_it(tmp_path: Path
         ('mode = "mixed"\noutput_dir = "o"\nupdate = 3\n', "no setting 'update'"),
         ('mode = "mixed"\noutput_dir = "o"\nupdates = "many"\n', "'many' is not a valid value"),
         ('mode = "mixed"\noutput_dir = "o"\ngroup_size = 1\n', "group_size must be >= 2"),
+        ('mode = "mixed"\noutput_dir = "o"\ndevice = "tpu"\n', "device must be 'auto', 'cpu', 'cuda', 'cuda:N'"),
+        ('mode = "mixed"\noutput_dir = "o"\ndtype = "float8"\n', "dtype must be one of 'auto', 'float32'"),
         ('output_dir = "o"\n', "give --mode"),
         ("mode = \n", "not valid TOML"),
     ):
@@ -134,4 +138,7 @@ def test_bad_settings_exit_2_before_anything_opens(tmp_path: Path) -> None:
     result = dreamgym("train", "--store", str(store), "--out", str(tmp_path / "run"), "--mode", "mixed",
                       "--curriculum", check=False)  # fmt: skip
     assert result.returncode == 2 and "--curriculum-url" in result.stderr
+    result = dreamgym("train", "--store", str(store), "--out", str(tmp_path / "run"), "--mode", "mixed",
+                      "--device", "cuda:1", check=False)  # fmt: skip
+    assert result.returncode == 2 and "CUDA_VISIBLE_DEVICES=1" in result.stderr
     assert not store.exists() and not (tmp_path / "run").exists()

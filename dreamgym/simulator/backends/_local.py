@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dreamgym.core.batching import ThreadBatcher
+from dreamgym.core.devices import check_device, check_dtype, model_device, place_given, place_loaded
 from dreamgym.core.errors import BackendError, ConfigError
 from dreamgym.core.protocols import ChatMessage, Completion, Sampling
 
@@ -98,6 +99,10 @@ class LocalBackend:
             slot by default.
         prefix_cache: Reuse the KV cache of a shared prompt prefix.
         min_prefix_tokens: Shortest shared prefix worth reusing.
+        device: Where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; ``"auto"`` leaves
+            a given model where it is (:meth:`load` puts it on CUDA where torch sees a GPU, else the CPU).
+        dtype: The model's weights: ``"float32"``, ``"bfloat16"`` or ``"float16"``; ``"auto"`` leaves a
+            given model's as they are (:meth:`load` keeps the checkpoint's, float32 on the CPU).
 
     Example:
         >>> backend = LocalBackend.load("~/.cache/dreamgym/sim-miniwob")
@@ -116,10 +121,14 @@ class LocalBackend:
         limiter: anyio.CapacityLimiter | None = None,
         prefix_cache: bool = True,
         min_prefix_tokens: int = 32,
+        device: str = "auto",
+        dtype: str = "auto",
     ) -> None:
         if max_batch < 1:
             raise ConfigError("LocalBackend.max_batch must be >= 1")
-        self.model = model.eval()
+        check_device(device, "LocalBackend.device")
+        check_dtype(dtype, "LocalBackend.dtype")
+        self.model = place_given(model, device, dtype).eval()
         self.tokenizer = tokenizer
         self.backend_id = f"local:{name}@{digest[:16]}"
         self.prefix_cache = prefix_cache
@@ -132,7 +141,8 @@ class LocalBackend:
 
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> LocalBackend:
-        """Load a model directory: a plain checkpoint, or a PEFT adapter over a local base.
+        """Load a model directory: a plain checkpoint, or a PEFT adapter over a local base; ``kwargs`` go to
+        the constructor, and its ``device`` and ``dtype`` place the model, ``"auto"`` resolved.
 
         Raises:
             ConfigError: The directory holds no model.
@@ -155,6 +165,7 @@ class LocalBackend:
             model = AutoModelForCausalLM.from_pretrained(str(root))
         tokenizer = AutoTokenizer.from_pretrained(str(root))
         kwargs.setdefault("name", root.name)
+        model = place_loaded(model, kwargs.get("device", "auto"), kwargs.get("dtype", "auto"))
         return cls(model, tokenizer, digest=digest, **kwargs)
 
     def encode(self, messages: Sequence[ChatMessage]) -> list[int]:
@@ -222,7 +233,7 @@ class LocalBackend:
                 if not still:
                     break
                 if len(still) < len(active):
-                    cache.batch_select_indices(torch.tensor(still))
+                    cache.batch_select_indices(torch.tensor(still, device=mask.device))
                 active = [active[n] for n in still]
                 logits = self._decode_step(rows, active, cache, mask)
         return [(row.tokens, finished[i]) for i, row in enumerate(rows)]
@@ -236,14 +247,15 @@ class LocalBackend:
         prefix_len, cache = self._shared_prefix(prompts)
         suffixes = [p[prefix_len:] for p in prompts]
         width = max(len(s) for s in suffixes)
-        ids = torch.full((len(rows), width), self._pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), prefix_len + width), dtype=torch.long)
+        device = model_device(self.model)
+        ids = torch.full((len(rows), width), self._pad, dtype=torch.long, device=device)
+        mask = torch.zeros((len(rows), prefix_len + width), dtype=torch.long, device=device)
         mask[:, :prefix_len] = 1
-        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        positions = torch.zeros((len(rows), width), dtype=torch.long, device=device)
         for n, suffix in enumerate(suffixes):
             if suffix:
-                ids[n, width - len(suffix) :] = torch.tensor(suffix)
-                positions[n, width - len(suffix) :] = torch.arange(prefix_len, prefix_len + len(suffix))
+                ids[n, width - len(suffix) :] = torch.tensor(suffix, device=device)
+                positions[n, width - len(suffix) :] = torch.arange(prefix_len, prefix_len + len(suffix), device=device)
             mask[n, prefix_len + width - len(suffix) :] = 1
             rows[n].position = prefix_len + len(suffix)
         if cache is None:
@@ -282,20 +294,23 @@ class LocalBackend:
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=torch.tensor([prefix]), cache=cache, use_cache=True, logits_to_keep=1)
+        ids = torch.tensor([prefix], device=model_device(self.model))
+        self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         return cache
 
     def _decode_step(self, rows: list[_Row], active: list[int], cache: Any, prompt_mask: torch.Tensor) -> torch.Tensor:
         import torch
 
-        ids = torch.tensor([[rows[i].tokens[-1]] for i in active])
-        positions = torch.tensor([[rows[i].position] for i in active])
+        device = prompt_mask.device  # the model's
+        ids = torch.tensor([[rows[i].tokens[-1]] for i in active], device=device)
+        positions = torch.tensor([[rows[i].position] for i in active], device=device)
         for i in active:
             rows[i].position += 1
         length = cache.get_seq_length() + 1
         # The prompt mask (padding holes included), then ones for every generated token.
         base = prompt_mask[active]
-        mask = torch.cat([base, torch.ones((len(active), length - base.shape[1]), dtype=torch.long)], dim=1)
+        grown = torch.ones((len(active), length - base.shape[1]), dtype=torch.long, device=device)
+        mask = torch.cat([base, grown], dim=1)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
         logits: torch.Tensor = out.logits[:, -1, :]
         return logits
@@ -311,6 +326,8 @@ class LocalBackend:
             sorted_probs, order = torch.sort(probs, descending=True)
             keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < sampling.top_p
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+        if row.generator is not None:  # drawn where the row's seeded generator is (the CPU)
+            probs = probs.to(row.generator.device)
         return int(torch.multinomial(probs, 1, generator=row.generator))
 
     def _advance(self, row: _Row, token: int) -> str:

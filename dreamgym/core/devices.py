@@ -1,0 +1,156 @@
+"""Where torch work runs and in what precision: the ``device`` and ``dtype`` settings of every torch config.
+
+``device``: ``"auto"`` (CUDA where torch sees a GPU, else the CPU) or a torch
+device string: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``.
+
+``dtype``: ``"auto"`` (the weights as the model loaded, float32 on the CPU)
+or one of ``"float32"``, ``"bfloat16"``, ``"float16"``.
+
+Checking a setting needs no torch (configs check theirs when built);
+resolving one imports it. Every tensor a model is fed is made on
+:func:`model_device`, so nothing lands on torch's default device.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from dreamgym.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "DTYPES",
+    "TrainerFlags",
+    "check_device",
+    "check_dtype",
+    "mixed_precision",
+    "model_device",
+    "place_given",
+    "place_loaded",
+    "resolve_device",
+    "resolve_dtype",
+    "trainer_flags",
+]
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""The ``dtype`` settings."""
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+_DEVICES = "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
+
+
+def check_device(setting: object, where: str, *, trl: bool = False) -> None:
+    """Refuse a ``device`` setting that names no device (``where`` names the setting in the message).
+
+    ``trl``: the setting of a training TRL runs, which trains on the first GPU the process sees (each rank
+    on its own under ``accelerate launch``): another GPU is chosen with ``CUDA_VISIBLE_DEVICES``.
+    """
+    if not isinstance(setting, str) or not _DEVICE.fullmatch(setting):
+        raise ConfigError(f"{where} must be {_DEVICES}, not {setting!r}")
+    if trl and setting.startswith("cuda:") and setting != "cuda:0":
+        raise ConfigError(
+            f"{where}={setting!r}: TRL trains on the first GPU it sees; choose that GPU with "
+            f"CUDA_VISIBLE_DEVICES={setting.split(':')[1]} and {where.rsplit('.', 1)[-1]}='cuda'"
+        )
+
+
+def check_dtype(setting: object, where: str) -> None:
+    """Refuse a ``dtype`` setting that is none of :data:`DTYPES`."""
+    if setting not in DTYPES:
+        raise ConfigError(f"{where} must be one of {', '.join(map(repr, DTYPES))}, not {setting!r}")
+
+
+def resolve_device(setting: str) -> torch.device:
+    """The torch device a ``device`` setting names (``"auto"``: CUDA where available, else the CPU).
+
+    Raises:
+        ConfigError: The setting names no device, or a GPU kind torch does not see here.
+    """
+    import torch
+
+    check_device(setting, "device")
+    if setting == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(setting)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {setting!r}: torch sees no CUDA GPU here; use 'auto' or 'cpu'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device {setting!r}: torch sees {torch.cuda.device_count()} CUDA GPU(s) here")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {setting!r}: torch sees no MPS device here; use 'auto' or 'cpu'")
+    return device
+
+
+def resolve_dtype(setting: str, device: torch.device) -> torch.dtype | None:
+    """The dtype a ``dtype`` setting gives weights on ``device``; ``None`` keeps theirs (``"auto"`` off the CPU).
+
+    Raises:
+        ConfigError: The setting is none of :data:`DTYPES`.
+    """
+    import torch
+
+    check_dtype(setting, "dtype")
+    if setting == "auto":
+        return torch.float32 if device.type == "cpu" else None
+    found: torch.dtype = getattr(torch, setting)
+    return found
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of ``model``'s weights: where every tensor fed to it is made."""
+    device: torch.device = next(model.parameters()).device
+    return device
+
+
+def place_loaded(model: Any, device: str = "auto", dtype: str = "auto") -> Any:
+    """Put a model just loaded on ``device`` in ``dtype``, ``"auto"`` resolved; returns it (moved in place)."""
+    target = resolve_device(device)
+    cast = resolve_dtype(dtype, target)
+    return model.to(device=target, dtype=cast) if cast is not None else model.to(target)
+
+
+def place_given(model: Any, device: str = "auto", dtype: str = "auto") -> Any:
+    """Put a model given already loaded where its settings say: each ``"auto"`` setting leaves it as it is."""
+    import torch
+
+    changes: dict[str, Any] = {}
+    if device != "auto":
+        changes["device"] = resolve_device(device)
+    if dtype != "auto":
+        check_dtype(dtype, "dtype")
+        changes["dtype"] = getattr(torch, dtype)
+    return model.to(**changes) if changes else model
+
+
+def mixed_precision(device: torch.device, dtype: str) -> torch.dtype | None:
+    """The dtype a training's forward and backward passes run in over its weights (autocast): ``bfloat16`` or
+    ``float16`` on CUDA only; ``None`` (on the CPU always) runs them in the weights' own.
+
+    Raises:
+        ConfigError: The setting is none of :data:`DTYPES`.
+    """
+    check_dtype(dtype, "dtype")
+    if device.type != "cuda" or dtype not in ("bfloat16", "float16"):
+        return None
+    return resolve_dtype(dtype, device)
+
+
+class TrainerFlags(TypedDict):
+    """The device and precision flags of transformers' ``TrainingArguments`` (TRL's configs)."""
+
+    use_cpu: bool
+    bf16: bool
+    fp16: bool
+
+
+def trainer_flags(device: str, dtype: str) -> TrainerFlags:
+    """``use_cpu``, ``bf16`` and ``fp16`` of transformers' ``TrainingArguments`` for a training's settings
+    (mixed precision as :func:`mixed_precision` says: on CUDA only)."""
+    import torch
+
+    target = resolve_device(device)
+    precision = mixed_precision(target, dtype)
+    return {"use_cpu": target.type == "cpu", "bf16": precision == torch.bfloat16, "fp16": precision == torch.float16}
