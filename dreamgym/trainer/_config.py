@@ -94,7 +94,7 @@ class TrainConfig:
     ``sim_trust_window`` shadowed *deciding* steps (the real episode ended, or either side paid a reward) is
     below this, or fewer than ``sim_trust_min_steps`` of them have been seen. A policy trained on a simulator
     learns whatever it pays for wrongly (a tiny simulator paid 1 for Submit on an untouched form, and the
-    policy learnt to submit at once); shadowing measures those answers on the states the policy visits now.
+    policy got worse on real pages); shadowing measures those answers on the states the policy visits now.
     0 turns the gate off. Generated (curriculum) tasks have no real pages and are never gated."""
     sim_trust_window: int = 32
     """``sim_trust``: how many of a task's latest shadowed deciding steps count."""
