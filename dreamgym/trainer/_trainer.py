@@ -697,11 +697,22 @@ class Trainer:
             "flat_groups": state.flat_groups,
             "resampled_groups": state.resampled_groups,
             "gated_groups": state.gated_groups,
+            **self._trust(),
             **{f"rollout/cut/{reason}": n for reason, n in sorted(state.cut_episodes.items())},
             "eval_real_transitions": state.eval_real_steps,
             "policy_id": self.policy.policy_id,
             "experience_model_id": state.experience_model_id,
         }
+
+    def _trust(self) -> dict[str, float]:
+        """``sim_trust/<task>``: the simulator's outcome accuracy on the task's last shadowed deciding steps
+        (what the gate compares with ``sim_trust``), for the tasks it has seen; empty with the gate off."""
+        if not self.config.sim_trust or self._portal is None:
+            return {}
+        window = self.config.sim_trust_window
+        decisions = self._portal.snapshot().shadow_decisions
+        return {f"sim_trust/{task}": round(sum(d[-window:]) / len(d[-window:]), 4)
+                for task, d in sorted(decisions.items()) if d}  # fmt: skip
 
     def _log_metrics(self, metrics: dict[str, Any], *, kind: str) -> None:
         if not self._main:
