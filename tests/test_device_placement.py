@@ -18,10 +18,10 @@ from typing import Any
 import anyio
 import pytest
 import torch
-from runtime_helpers import NAMES, TASK, Counts, ToyBackend, ToyFormEnv, open_store, page, simulator
+from runtime_helpers import NAMES, TASK, Counts, ToyBackend, ToyFormEnv, open_store, page, simulator, solved
 
 from dreamgym.agents import LocalPolicy, LocalPolicyConfig
-from dreamgym.core import ChatMessage, ConfigError, Sampling, Step, parse_action
+from dreamgym.core import ChatMessage, ConfigError, Sampling, Step
 from dreamgym.core.devices import check_device, model_device, place_given, place_loaded, resolve_device, trainer_flags
 from dreamgym.runtime import RuntimeConfig
 from dreamgym.simulator import LocalBackend, ScratchModelConfig, SimTrainConfig
@@ -58,19 +58,6 @@ def tiny() -> tuple[Any, Any]:
     """A tiny index policy's model and tokenizer (with a chat template and the label tokens), on the CPU."""
     pages = [(TASK, p) for seed in range(4) for p in (page(seed), page(seed, NAMES[seed]))]
     return tiny_index_policy(pages, SMALL)
-
-
-def demo(seed: int) -> list[Step]:
-    """The toy form solved: type the asked name, then Submit."""
-    name = NAMES[seed % len(NAMES)]
-    first, typed = page(seed), page(seed, name)
-    common = {"source": "real", "task_id": TASK.task_id, "episode_id": f"demo-{seed}", "seed": seed}
-    return [
-        Step(**common, step_index=0, observation=first, action=parse_action(f"type [e2] [{name}] [0]"),
-             next_observation=typed),
-        Step(**common, step_index=1, observation=typed, action=parse_action("click [e3]"), next_observation=typed,
-             reward=1.0, terminated=True),
-    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------------- placement
@@ -123,7 +110,7 @@ def test_the_local_backend_generates_on_its_models_device(tiny: tuple[Any, Any])
 def test_a_warm_start_trains_on_its_models_device(tiny: tuple[Any, Any]) -> None:
     model, tokenizer = tiny
     policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
-    examples, _ = demonstrations(policy, [demo(seed) for seed in range(2)], [TASK])
+    examples, _ = demonstrations(policy, [solved(seed) for seed in range(2)], [TASK])
     with default_device("meta"):
         result = warm_start(policy, examples, WarmStartConfig(epochs=2, batch_size=2, lm_weight=1.0))
         warm_start(policy, examples, WarmStartConfig(epochs=1, batch_size=4))

@@ -47,6 +47,19 @@ def page(seed: int | None, typed: str = "") -> Observation:
     return Observation(state=f'[e1] generic: {goal(seed)}\n{box}\n[e3] button "Submit"', goal=goal(seed))
 
 
+def solved(seed: int) -> list[Step]:
+    """The toy form solved as a demonstrator would: type the asked name, then Submit (texts as parsed)."""
+    name = NAMES[seed % len(NAMES)]
+    first, typed = page(seed), page(seed, name)
+    common = {"source": "real", "task_id": TASK.task_id, "episode_id": f"demo-{seed}", "seed": seed}
+    return [
+        Step(**common, step_index=0, observation=first, action=parse_action(f"type [e2] [{name}] [0]"),
+             next_observation=typed),
+        Step(**common, step_index=1, observation=typed, action=parse_action("click [e3]"), next_observation=typed,
+             reward=1.0, terminated=True),
+    ]  # fmt: skip
+
+
 class Counts:
     """Shared counters of every environment a factory made."""
 

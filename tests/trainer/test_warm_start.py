@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
-from runtime_helpers import NAMES, TASK, page
+from runtime_helpers import NAMES, TASK, page, solved
 
 from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 from dreamgym.core import ConfigError, Step, parse_action
@@ -16,19 +16,6 @@ from dreamgym.trainer import WarmStartConfig, demonstrations, tiny_index_policy,
 pytestmark = pytest.mark.timeout(120)
 
 SMALL = ScratchModelConfig(vocab_size=400, hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128)
-
-
-def demo(seed: int) -> list[Step]:
-    """The toy form solved as a demonstrator would: type the asked name, then Submit (texts as parsed)."""
-    name = NAMES[seed % len(NAMES)]
-    first, typed = page(seed), page(seed, name)
-    common = {"source": "real", "task_id": TASK.task_id, "episode_id": f"demo-{seed}", "seed": seed}
-    return [
-        Step(**common, step_index=0, observation=first, action=parse_action(f"type [e2] [{name}] [0]"),
-             next_observation=typed),
-        Step(**common, step_index=1, observation=typed, action=parse_action("click [e3]"), next_observation=typed,
-             reward=1.0, terminated=True),
-    ]  # fmt: skip
 
 
 def build() -> tuple[Any, Any]:
@@ -48,7 +35,7 @@ def test_the_tiny_policy_is_small_and_answers_with_label_tokens() -> None:
 def test_warm_start_teaches_the_demonstrated_choices(lm_weight: float) -> None:
     model, tokenizer = build()
     policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
-    examples, skipped = demonstrations(policy, [demo(seed) for seed in range(4)], [TASK])
+    examples, skipped = demonstrations(policy, [solved(seed) for seed in range(4)], [TASK])
     assert (len(examples), skipped) == (8, 0)  # "click [e3]" matches the labelled choice 'click [e3] "Submit"'
     config = WarmStartConfig(epochs=80, learning_rate=1e-2, batch_size=8, lm_weight=lm_weight)
     result = warm_start(policy, examples, config)
@@ -62,7 +49,7 @@ def test_warm_start_teaches_the_demonstrated_choices(lm_weight: float) -> None:
 def test_demonstrations_skip_actions_that_are_not_listed_choices() -> None:
     model, tokenizer = build()
     policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index"))
-    steps = demo(0)
+    steps = solved(0)
     odd = Step(source="real", task_id=TASK.task_id, episode_id="odd", step_index=0, observation=page(0),
                action=parse_action("hover [e3]"), next_observation=page(0))  # fmt: skip
     examples, skipped = demonstrations(policy, [steps, [odd]], [TASK])
@@ -100,7 +87,7 @@ def test_the_auxiliary_text_loss_learns_the_pages_text() -> None:
     def text_loss_after(lm_weight: float) -> float:
         model, tokenizer = build()
         policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
-        examples, _ = demonstrations(policy, [demo(seed) for seed in range(4)], [TASK])
+        examples, _ = demonstrations(policy, [solved(seed) for seed in range(4)], [TASK])
         warm_start(policy, examples, WarmStartConfig(epochs=20, learning_rate=1e-2, batch_size=8, lm_weight=lm_weight))
         with torch.no_grad():
             return float(_losses(model, examples, policy.turns.eos_id, text=True)[1])
