@@ -44,10 +44,14 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     training = report["training"]
     assert training["status"] == "trained", training
     metrics = training["metrics"]
-    # 2 updates of 2 groups, half real; a group whose episodes all scored alike is played again (resample_flat)
+    # 2 updates of 2 groups, half drawn real; a group whose episodes all scored alike is played again
+    # (resample_flat). The trust gate plays every group drawn synthetic on real pages here: a simulator earns a
+    # task with 8 shadowed deciding steps, and 2 updates of groups of 2 never give it that many.
     assert metrics["train/updates"] == 2
-    assert metrics["train/real_groups"] >= 2 and metrics["train/synthetic_groups"] >= 2
-    assert metrics["train/real_steps"] > 0 and metrics["train/synthetic_steps"] > 0
+    assert metrics["train/synthetic_groups"] == 0 and metrics["train/gated_groups"] >= 2
+    assert metrics["train/real_groups"] >= 2 + metrics["train/gated_groups"]
+    assert metrics["train/real_steps"] > 0 and metrics["train/synthetic_steps"] == 0
+    assert "drawn synthetic played real" in result.stdout + (out / "report.md").read_text()
     assert report["real_steps"] == (
         report["seed_set"]["steps"] + report["rollouts"]["real_steps"] + metrics["train/real_steps"]
     )
