@@ -26,7 +26,8 @@ perfect and has a decision left to learn (which named choice comes when, which t
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoSettings:
-    """What the demo runs. The defaults took 10 min 3 s on 2 CPU cores once setup had built its caches.
+    """What the demo runs. The defaults took 11 min 22 s on 2 CPU cores once setup had built its caches
+    (``benchmarks/results/first_run.json``).
 
     Example:
         >>> DemoSettings(tasks=("click-button",), train_seeds=(0,), held_out_seeds=(1000,), rollout_groups=2)
