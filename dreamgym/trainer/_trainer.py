@@ -474,10 +474,14 @@ class Trainer:
         return gated
 
     def _trusted(self, decisions: Sequence[bool]) -> bool:
-        recent = decisions[-self.config.sim_trust_window :]
-        if len(recent) < self.config.sim_trust_min_steps:
+        if len(decisions[-self.config.sim_trust_window :]) < self.config.sim_trust_min_steps:
             return False
-        return sum(recent) / len(recent) >= self.config.sim_trust
+        return self._trust_accuracy(decisions) >= self.config.sim_trust
+
+    def _trust_accuracy(self, decisions: Sequence[bool]) -> float:
+        """The share right of the last ``sim_trust_window`` shadowed deciding steps (at least one)."""
+        recent = decisions[-self.config.sim_trust_window :]
+        return sum(recent) / len(recent)
 
     def _sources(self, tasks: Sequence[Task], share: float) -> list[Source]:
         """Each group's side: ``share`` of them real, spread evenly and carried across updates.
@@ -709,10 +713,8 @@ class Trainer:
         (what the gate compares with ``sim_trust``), for the tasks it has seen; empty with the gate off."""
         if not self.config.sim_trust or self._portal is None:
             return {}
-        window = self.config.sim_trust_window
         decisions = self._portal.snapshot().shadow_decisions
-        return {f"sim_trust/{task}": round(sum(d[-window:]) / len(d[-window:]), 4)
-                for task, d in sorted(decisions.items()) if d}  # fmt: skip
+        return {f"sim_trust/{task}": round(self._trust_accuracy(d), 4) for task, d in sorted(decisions.items()) if d}
 
     def _log_metrics(self, metrics: dict[str, Any], *, kind: str) -> None:
         if not self._main:
