@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 from dreamgym.bridge._window import window_longest_run
 from dreamgym.core.errors import StateFormatError
-from dreamgym.core.state import Element, State, render_state
+from dreamgym.core.state import ROLE_PATTERN, Element, State, render_state
 
 __all__ = ["CapturedState", "RefMap", "render_snapshot"]
 
 _LINE = re.compile(r"(?P<indent> *)- (?P<body>.*)")
-_ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+_ROLE = re.compile(ROLE_PATTERN)
 _ATTR = re.compile(r" \[(?P<attr>[^\]]+)\]")
 _json = json.JSONDecoder()
 

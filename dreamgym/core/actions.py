@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dreamgym.core.errors import ActionParseError
-from dreamgym.core.state import Element, State, flatten
+from dreamgym.core.state import ID_PATTERN, Element, State, flatten
 from dreamgym.core.types import Action
 
 __all__ = [
@@ -77,7 +77,7 @@ class ActionSpec:
 ACTIONS: dict[str, ActionSpec] = {}
 """Every action by name, in the order prompts list them."""
 
-_ELEMENT = r" \[([A-Za-z0-9_.:-]+)\]"
+_ELEMENT = rf" \[({ID_PATTERN})\]"
 _FREE = r" \[(.*)\]"
 
 

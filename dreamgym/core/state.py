@@ -47,6 +47,8 @@ from dataclasses import dataclass
 from dreamgym.core.errors import DiffApplyError, StateFormatError
 
 __all__ = [
+    "ID_PATTERN",
+    "ROLE_PATTERN",
     "Element",
     "ElementMatch",
     "FlatElement",
@@ -60,9 +62,13 @@ __all__ = [
     "render_state",
 ]
 
-_ID = re.compile(r"[A-Za-z0-9_.:-]+")
-_ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-_HEAD = re.compile(r"(?P<indent> *)(?:\[(?P<id>[A-Za-z0-9_.:-]+)\] )?(?P<role>[A-Za-z][A-Za-z0-9_-]*)")
+ID_PATTERN = r"[A-Za-z0-9_.:-]+"
+"""An element id (the grammar's ``id``): actions, diffs and the parser of model answers read ids with it."""
+ROLE_PATTERN = r"[A-Za-z][A-Za-z0-9_-]*"
+"""An element role (the grammar's ``role``)."""
+_ID = re.compile(ID_PATTERN)
+_ROLE = re.compile(ROLE_PATTERN)
+_HEAD = re.compile(rf"(?P<indent> *)(?:\[(?P<id>{ID_PATTERN})\] )?(?P<role>{ROLE_PATTERN})")
 _PROP = re.compile(r" \[(?P<prop>[^\]]+)\]")
 _json_string = json.JSONDecoder()
 
@@ -80,9 +86,9 @@ class Element:
 
     def __post_init__(self) -> None:
         if not _ROLE.fullmatch(self.role):
-            raise StateFormatError(f"element role {self.role!r} must match [A-Za-z][A-Za-z0-9_-]*")
+            raise StateFormatError(f"element role {self.role!r} must match {ROLE_PATTERN}")
         if self.id and not _ID.fullmatch(self.id):
-            raise StateFormatError(f"element id {self.id!r} must match [A-Za-z0-9_.:-]+")
+            raise StateFormatError(f"element id {self.id!r} must match {ID_PATTERN}")
         for prop in self.props:
             if not prop or "]" in prop or "\n" in prop:
                 raise StateFormatError(f"element prop {prop!r} must be non-empty, one line, without ']'")

@@ -151,8 +151,9 @@ def _fidelity(splits: Mapping[str, Mapping[str, FidelitySummary]]) -> list[str]:
         "the model never saw; retrieval never returns a held-out task and seed), beside copying the top retrieved "
         "transition's change and keeping the page. Keeping the page is right by construction wherever the page "
         "did not change, so the steps where it changed are shown apart. Every predictor is held to the "
-        "simulator's rules (typed text stays in its field, stop ends the episode), so a page that only typing "
-        "changed is right for all three. An unusable answer scores 0.</p>",
+        "simulator's rules (typed text stays in its field, a selected option is its list's only selected one, stop "
+        "ends the episode), so a page that only typing or selecting changed is right for all three. An unusable "
+        "answer scores 0.</p>",
         table(["steps", "predictor", "n", *(label for _, label in _METRICS), "unusable answers"], rows),
         *(f'<p class="muted">{escape(note)}</p>' for note in missing),
         charts(bars),

@@ -45,7 +45,7 @@ from dreamgym.simulator._fidelity import (
 from dreamgym.simulator._load import ServedModel, load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
-from dreamgym.simulator._rules import TEXT_ROLES, apply_rules, typed_text_page
+from dreamgym.simulator._rules import LIST_ROLES, TEXT_ROLES, apply_rules, selected_option_page, typed_text_page
 from dreamgym.simulator._sft import (
     METADATA_FILE,
     ScratchModelConfig,
@@ -62,6 +62,7 @@ from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_dig
 
 __all__ = [
     "BASELINES",
+    "LIST_ROLES",
     "MAX_ANSWER_CHARS",
     "METADATA_FILE",
     "TEXT_ROLES",
@@ -108,6 +109,7 @@ __all__ = [
     "score_prediction",
     "score_step",
     "select_seed_tasks",
+    "selected_option_page",
     "summarise_scores",
     "task_value",
     "teacher_forced_queries",

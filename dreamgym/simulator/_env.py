@@ -75,6 +75,8 @@ class SimulatorStats:
     """Steps answered by rule (invalid action, missing element) without the model."""
     typed_text_rule: int = 0
     """Predictions whose typed field the typed-text rule corrected (``_rules``)."""
+    selected_option_rule: int = 0
+    """Predictions whose chosen option the selected-option rule corrected (``_rules``)."""
     truncated_model_output: int = 0
     truncated_backend: int = 0
     real_starts: int = 0
@@ -208,6 +210,7 @@ class SimulatedEnv:
             return self._cut(task, observation, "backend", str(exc), info)
         prediction, rules = apply_rules(query, prediction)
         self.stats.typed_text_rule += "typed_text" in rules
+        self.stats.selected_option_rule += "selected_option" in rules
         info.update(
             experience_model_id=prediction.model_id or self.model.model_id,
             prompt_template_id=prediction.template_id,

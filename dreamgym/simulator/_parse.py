@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from dreamgym.core.errors import ModelOutputError, StateFormatError
-from dreamgym.core.state import State, apply_diff, parse_state
+from dreamgym.core.state import ID_PATTERN, State, apply_diff, parse_state
 
 __all__ = ["MAX_ANSWER_CHARS", "ParsedAnswer", "parse_answer", "parse_initial_answer"]
 
@@ -43,7 +43,7 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$", re.MULTILINE)
 _YES = {"yes", "y", "true", "1", "ended", "end", "done"}
 _NO = {"no", "n", "false", "0", "continues", "continue", "not done"}
-_LEADING_ID = re.compile(r" *\[([A-Za-z0-9_.:-]+)\] ")
+_LEADING_ID = re.compile(rf" *\[({ID_PATTERN})\] ")
 _NO_CHANGE = {"", "(none)", "none", "(no change)", "no change", "unchanged"}
 
 

@@ -35,7 +35,7 @@ from dreamgym.core import (
     parse_state,
 )
 from dreamgym.runtime import run_episode
-from dreamgym.simulator import typed_text_page
+from dreamgym.simulator import selected_option_page, typed_text_page
 
 pytestmark = pytest.mark.anyio
 
@@ -100,24 +100,29 @@ async def test_near_miss_demonstrators_fail_one_detail_short_of_the_goal(
     await env.aclose()
 
 
-async def test_real_pages_keep_typed_text_as_the_simulators_rule_writes_it(
+async def test_real_pages_agree_with_the_simulators_typed_text_and_selected_option_rules(
     pool: BrowserPool, miniwob: MiniWobSite
 ) -> None:
-    """The simulator's typed-text rule changes nothing on a real page: after every ``type`` of the demonstrators
-    (passwords, Enter pressed or not), the field still on the page holds exactly the typed text."""
+    """The simulator's rules change nothing on a real page: after every ``type`` of the demonstrators (passwords,
+    Enter pressed or not), the field still on the page holds exactly the typed text; after every ``select``, the
+    chosen option is the list's only selected one."""
     env = BrowserEnv(pool, sites=[miniwob])
-    typed = 0
+    typed = selected = 0
     for name in DEMONSTRATORS:
         for seed in (0, 1):
             steps, _ = await run_episode(env, MiniWobDemonstrator(), miniwob.task(name), seed=seed, max_steps=10)
             for step in steps:
-                if step.action.name != "type":
-                    continue
-                typed += 1
                 before, after = step.observation.state, step.next_observation.state
-                assert typed_text_page(before, after, step.action.args) is None, (name, seed, str(step.action), after)
+                if step.action.name == "type":
+                    typed += 1
+                    assert typed_text_page(before, after, step.action.args) is None, (name, seed, str(step.action))
+                elif step.action.name == "select":
+                    selected += 1
+                    assert selected_option_page(before, after, step.action.args) is None, (name, seed, after)
+                    # not by default: the rule would have chosen the same option on the page before the action
+                    assert selected_option_page(before, before, step.action.args) in (None, after), (name, seed)
     await env.aclose()
-    assert typed >= 10
+    assert typed >= 10 and selected >= 2
 
 
 def test_a_mistaken_goal_changes_one_quoted_text_or_one_named_choice() -> None:

@@ -1,4 +1,5 @@
-"""The simulator's rules on any predictor's answer: typed text stays in its field, ``stop`` ends."""
+"""The simulator's rules on any predictor's answer: typed text stays in its field, a selected option stands
+selected, ``stop`` ends."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dreamgym.simulator import (
     SimulatedEnv,
     UnchangedPage,
     predict_steps,
+    selected_option_page,
     typed_text_page,
 )
 
@@ -63,3 +65,49 @@ async def test_teacher_forced_predictions_are_held_to_the_same_rules() -> None:
     first, second = made.predictions
     assert first is not None and first.observation.state == toy_form.page(2, "Cyd").state
     assert second is not None and second.terminated and second.observation.state == toy_form.page(2).state
+
+
+LIST = "\n".join(
+    ["[e1] generic: Select Rosa.", "[e2] combobox", '  option "Ida" [selected]', '  option "Rosa"', '  option "Roda"',
+     '[e3] button "Submit"']
+)  # fmt: skip
+NESTED = "\n".join(
+    ['[e2] listbox "Names"', '  group "A"', '    option "Ann" [disabled] [selected]', '  group "B"',
+     '    option "Bo" [disabled]']
+)  # fmt: skip
+
+
+def test_a_selected_option_becomes_the_lists_only_selected_one() -> None:
+    chosen = LIST.replace('"Ida" [selected]', '"Ida"').replace('"Rosa"', '"Rosa" [selected]')
+    assert selected_option_page(LIST, LIST, ("e2", "Rosa")) == chosen
+    assert selected_option_page(LIST, chosen, ("e2", "Rosa")) is None  # already as the rule writes it
+    # options inside groups, other props kept in the snapshot's order
+    nested = selected_option_page(NESTED, NESTED, ("e2", "Bo"))
+    assert nested == NESTED.replace("[disabled] [selected]", "[disabled]").replace(
+        '"Bo" [disabled]', '"Bo" [disabled] [selected]'
+    )
+
+
+@pytest.mark.parametrize(
+    ("after", "args", "why"),
+    [
+        ('[e1] heading "Thanks"', ("e2", "Rosa"), "the page moved on: the list is gone"),
+        (LIST.replace("[e2] combobox", '[e2] combobox "Other"'), ("e2", "Rosa"), "same id, another list"),
+        (LIST, ("e2", "Grenada"), "no option of that name"),
+        (LIST, ("e3", "Rosa"), "a button is not a list"),
+    ],
+)
+def test_a_selected_option_leaves_pages_where_it_does_not_apply(after: str, args: tuple[str, str], why: str) -> None:
+    assert selected_option_page(LIST, after, args) is None, why
+
+
+async def test_simulated_env_selects_the_option_the_model_got_wrong() -> None:
+    """A model that wrote the selection onto the wrong option: the chosen one stands selected, and it is counted."""
+    wrong = "<diff>\n- [e2] combobox\n+ [e2] combobox\n</diff>\n<reward>0</reward>\n<done>no</done>"
+    model = LLMExperienceModel(ScriptedBackend([wrong]), config=ExperienceModelConfig(template=TOY_TEMPLATE))
+    env = SimulatedEnv(model)
+    env.start_from(toy_form.TASK, Observation(state=LIST, goal="Select Rosa."))
+    result = await env.step(parse_action("select [e2] [Rosa]"))
+    assert '  option "Rosa" [selected]' in result.observation.state.split("\n")
+    assert '  option "Ida"' in result.observation.state.split("\n")
+    assert result.info["rules"] == ["selected_option"] and env.stats.selected_option_rule == 1
