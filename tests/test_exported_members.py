@@ -18,6 +18,7 @@ PACKAGES = [
     "dreamgym.validate",
     "dreamgym.render",
     "dreamgym.jobs",
+    "dreamgym.adapters",
 ]
 
 

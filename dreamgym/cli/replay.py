@@ -1,4 +1,4 @@
-"""``dreamgym replay stats|check|export|import|reindex``: inspect and move replay stores."""
+"""``dreamgym replay stats|check|view|export|import|reindex``: inspect, look at and move replay stores."""
 
 from __future__ import annotations
 
@@ -24,6 +24,18 @@ def add_replay_command(commands: Any) -> None:
     check.add_argument("path", type=Path)
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(run=_run_check)
+    view = sub.add_parser("view", help="write a store's episodes as one HTML page (steps, pages, shadow diffs)")
+    view.add_argument("path", type=Path)
+    view.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    view.add_argument("--task", action="append", default=[], metavar="PATTERN",
+                      help="task id or shell pattern (miniwob/click-*); repeat for several")  # fmt: skip
+    view.add_argument("--source", choices=("real", "synthetic"), default=None)
+    view.add_argument("--policy", default="", help="episodes whose policy id contains this")
+    view.add_argument("--model", default="", help="episodes whose experience model id contains this")
+    view.add_argument("--min-reward", type=float, default=None, help="episodes with an outcome reward at least this")
+    view.add_argument("--max-reward", type=float, default=None, help="episodes with an outcome reward at most this")
+    view.add_argument("--limit", type=int, default=200, help="at most this many episodes, the newest first")
+    view.set_defaults(run=_run_view)
     export = sub.add_parser("export", help="write a store's records as JSONL")
     export.add_argument("path", type=Path)
     export.add_argument("-o", "--output", type=Path, required=True)
@@ -96,6 +108,28 @@ def _run_check(args: argparse.Namespace) -> int:
             file=sys.stderr if report.problems else sys.stdout,
         )
     return 0 if report.ok else 1
+
+
+def _run_view(args: argparse.Namespace) -> int:
+    import anyio
+
+    from dreamgym.replay.viewer import ViewCounts, ViewFilter, trajectory_page
+
+    filters = ViewFilter(
+        tasks=tuple(args.task), source=args.source, policy=args.policy, experience_model=args.model,
+        min_reward=args.min_reward, max_reward=args.max_reward, limit=args.limit,
+    )  # fmt: skip
+
+    async def go() -> tuple[str, ViewCounts]:
+        async with open_store(args.path, readonly=True) as store:
+            return await trajectory_page(store, filters, title=f"dreamgym trajectories: {args.path}")
+
+    html, counts = anyio.run(go)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(html, encoding="utf-8")
+    print(f"wrote {args.out}: {counts.shown} of {counts.matched} matching episodes ({counts.episodes} in the store), "
+          f"{counts.shadowed_steps} steps beside the simulator's prediction")  # fmt: skip
+    return 0
 
 
 def _run_export(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from dreamgym.core.errors import RecordFormatError, SchemaVersionError
 __all__ = [
     "INFRASTRUCTURE_CUTS",
     "SCHEMA_VERSION",
+    "SHADOW_SUFFIX",
     "Action",
     "Episode",
     "Observation",
@@ -45,10 +46,15 @@ __all__ = [
     "outcome_reward",
     "record_from_json",
     "record_to_json",
+    "shadow_episode_id",
 ]
 
 SCHEMA_VERSION = 2
 """Version of the record layout written by this dreamgym (2: ``PolicyTokens.action_mask``)."""
+
+SHADOW_SUFFIX = "/shadow"
+"""The simulator's shadow predictions of a real episode's steps are synthetic steps of episode
+``<real episode id>/shadow``, with the real steps' indices; such an episode has no :class:`Episode` summary."""
 
 Source = Literal["real", "synthetic"]
 SOURCES: tuple[Source, ...] = ("real", "synthetic")
@@ -343,6 +349,11 @@ def record_from_json(data: bytes | str, kind: type[R] | None = None) -> R:
         raise RecordFormatError(f"cannot decode {_kind_name(kind)} record from JSON: {exc}") from exc
     _check_version(record)
     return record
+
+
+def shadow_episode_id(episode_id: str) -> str:
+    """The id under which the shadow predictions of real episode ``episode_id`` are stored (:data:`SHADOW_SUFFIX`)."""
+    return episode_id + SHADOW_SUFFIX
 
 
 def observation_hash(observation: Observation) -> str:

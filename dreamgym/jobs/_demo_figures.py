@@ -30,6 +30,7 @@ import anyio
 
 from dreamgym.core.types import Episode, Step, decode_record, outcome_reward
 from dreamgym.render import StepView
+from dreamgym.replay._shadow import shadow_predictions
 
 if TYPE_CHECKING:
     from dreamgym.core.protocols import ReplayStore
@@ -54,9 +55,6 @@ ALL_STEPS = "all held-out steps"
 """The first split of :func:`fidelity_by_change`; the others are ``page changed`` and ``page unchanged``."""
 PREDICTORS = ("model", "copy_top_retrieved", "unchanged")
 """The experience model and the two baselines, in report order."""
-MAX_PAGE_CHARS = 4000
-"""Pages in an example are cut to this many characters (the report stays small)."""
-UNUSABLE = {"model_output": "the model's answer was malformed after its retries", "backend": "the backend failed"}
 _TRAIN_GROUP = re.compile(r"^train/u(\d+)/")
 
 
@@ -163,17 +161,8 @@ async def shadowed_episodes(store: ReplayStore, results: Sequence[GroupResult]) 
         if result.source != "real":
             continue
         for rollout in result.rollouts:
-            stored = await store.episode_steps(rollout.episode.episode_id + "/shadow")
-            predicted = {s.step_index: s for s in stored}
-            guesses: list[Step | None] = []
-            reasons: list[str] = []
-            for step in rollout.steps:
-                guess = predicted.get(step.step_index)
-                why = "no prediction stored (it raised)" if guess is None else UNUSABLE.get(guess.truncation_reason, "")
-                guesses.append(None if why else guess)
-                reasons.append(why)
-            out.append(Shadowed(episode=rollout.episode, steps=rollout.steps, guesses=tuple(guesses),
-                                reasons=tuple(reasons)))  # fmt: skip
+            guesses, reasons = await shadow_predictions(store, rollout.steps)
+            out.append(Shadowed(episode=rollout.episode, steps=rollout.steps, guesses=guesses, reasons=reasons))
     return out
 
 
@@ -256,25 +245,8 @@ def _example(why: str, item: Shadowed, scores: Sequence[StepScore | None]) -> Ep
 
 
 def _view(step: Step, guess: Step | None, score: StepScore | None, reason: str) -> StepView:
-    return StepView(
-        task_id=step.task_id,
-        seed=step.seed,
-        step_index=step.step_index,
-        goal=step.observation.goal,
-        action=str(step.action),
-        state=step.observation.state[:MAX_PAGE_CHARS],
-        real_state=step.next_observation.state[:MAX_PAGE_CHARS],
-        predicted_state=guess.next_observation.state[:MAX_PAGE_CHARS] if guess else "",
-        real_reward=step.reward,
-        predicted_reward=guess.reward if guess else None,
-        real_done=step.terminated,
-        predicted_done=guess.terminated if guess else None,
-        real_error=step.next_observation.last_action_error,
-        predicted_error=guess.next_observation.last_action_error if guess else "",
-        similarity=round(score.similarity, 4) if score else 0.0,
-        f1=round(score.f1, 4) if score else 0.0,
-        error=reason,
-    )
+    return StepView.of(step, guess, similarity=score.similarity if score else 0.0, f1=score.f1 if score else 0.0,
+                       error=reason)  # fmt: skip
 
 
 def as_plain(splits: Mapping[str, Mapping[str, FidelitySummary]]) -> dict[str, dict[str, object]]:

@@ -18,14 +18,19 @@ Example:
 """
 
 from dreamgym.render._page import CSP, NA, charts, page, table
-from dreamgym.render._steps import StepView, episode_box, side_by_side, step_box
+from dreamgym.render._steps import MAX_PAGE_CHARS, StepView, episode_box, side_by_side, step_box
 from dreamgym.render._svg import COLOURS, bar_chart, confusion_chart, line_chart
+from dreamgym.render._trajectories import FACETS, EpisodeView, TrajectoryStep, trajectory_list
 
 __all__ = [
     "COLOURS",
     "CSP",
+    "FACETS",
+    "MAX_PAGE_CHARS",
     "NA",
+    "EpisodeView",
     "StepView",
+    "TrajectoryStep",
     "bar_chart",
     "charts",
     "confusion_chart",
@@ -35,4 +40,5 @@ __all__ = [
     "side_by_side",
     "step_box",
     "table",
+    "trajectory_list",
 ]

@@ -13,8 +13,14 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from html import escape
+from typing import Self
 
-__all__ = ["StepView", "episode_box", "side_by_side", "step_box"]
+from dreamgym.core.types import Step
+
+__all__ = ["MAX_PAGE_CHARS", "StepView", "episode_box", "side_by_side", "step_box"]
+
+MAX_PAGE_CHARS = 4000
+"""Characters of a page a box shows (a longer page is cut there): reports stay readable and small."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +60,32 @@ class StepView:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @classmethod
+    def of(
+        cls, real: Step, predicted: Step | None, *, similarity: float = 0.0, f1: float = 0.0, error: str = ""
+    ) -> Self:
+        """The view of a stored real step and the stored prediction of it (``None``: none usable, ``error`` says
+        why); pages cut at :data:`MAX_PAGE_CHARS`."""
+        return cls(
+            task_id=real.task_id,
+            seed=real.seed,
+            step_index=real.step_index,
+            goal=real.observation.goal,
+            action=str(real.action),
+            state=real.observation.state[:MAX_PAGE_CHARS],
+            real_state=real.next_observation.state[:MAX_PAGE_CHARS],
+            predicted_state=predicted.next_observation.state[:MAX_PAGE_CHARS] if predicted else "",
+            real_reward=real.reward,
+            predicted_reward=predicted.reward if predicted else None,
+            real_done=real.terminated,
+            predicted_done=predicted.terminated if predicted else None,
+            real_error=real.next_observation.last_action_error,
+            predicted_error=predicted.next_observation.last_action_error if predicted else "",
+            similarity=round(similarity, 4),
+            f1=round(f1, 4),
+            error=error,
+        )
 
 
 def side_by_side(real: str, predicted: str) -> tuple[str, str]:

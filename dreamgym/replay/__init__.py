@@ -1,5 +1,6 @@
 """The replay store: LMDB records (the source of truth) plus a derived usearch index."""
 
+from dreamgym.replay._shadow import NOT_STORED, UNUSABLE_PREDICTIONS, shadow_predictions
 from dreamgym.replay.config import AnnSettings, StoreConfig
 from dreamgym.replay.embedders import (
     HashingEmbedder,
@@ -13,6 +14,8 @@ from dreamgym.replay.export import episodes_dataset, export_jsonl, import_jsonl
 from dreamgym.replay.store import LmdbReplayStore, StoreStats
 
 __all__ = [
+    "NOT_STORED",
+    "UNUSABLE_PREDICTIONS",
     "AnnSettings",
     "HashingEmbedder",
     "LmdbReplayStore",
@@ -25,5 +28,6 @@ __all__ = [
     "episodes_dataset",
     "export_jsonl",
     "import_jsonl",
+    "shadow_predictions",
     "transition_text",
 ]

@@ -59,7 +59,7 @@ from dreamgym.core.errors import (
 )
 from dreamgym.core.progress import progress
 from dreamgym.core.protocols import Embedder, Neighbour
-from dreamgym.core.types import Episode, Record, Source, Step, Task, decode_record, encode_record
+from dreamgym.core.types import SHADOW_SUFFIX, Episode, Record, Source, Step, Task, decode_record, encode_record
 from dreamgym.replay._index import TransitionIndex
 from dreamgym.replay._lmdb import LmdbEnv
 from dreamgym.replay._vectors import SOURCE_CODE, VectorEntry, vector_decoder, vector_encoder
@@ -847,7 +847,7 @@ def _episode_gaps(txn: lmdb.Transaction, env: LmdbEnv) -> tuple[int, int]:
     with_steps: set[bytes] = set()
     for key in txn.cursor(db=env.db("by_episode")).iternext(keys=True, values=False):
         episode_id = bytes(key)[:-9]  # episode_id \0 8-byte seq
-        if not episode_id.endswith(b"/shadow"):
+        if not episode_id.endswith(SHADOW_SUFFIX.encode()):
             with_steps.add(episode_id)
     recorded = {bytes(key) for key in txn.cursor(db=env.db("episodes")).iternext(keys=True, values=False)}
     return len(with_steps - recorded), len(recorded - with_steps)

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 import msgspec
 
 from dreamgym.core.protocols import Environment, Policy, StepResult
-from dreamgym.core.types import Episode, Observation, Source, Step, StepTimings, Task, observation_hash
+from dreamgym.core.types import (
+    Episode,
+    Observation,
+    Source,
+    Step,
+    StepTimings,
+    Task,
+    observation_hash,
+    shadow_episode_id,
+)
 
 __all__ = ["EpisodePlan", "finish_episode", "play", "run_episode", "shadow_step"]
 
@@ -177,7 +186,7 @@ def shadow_step(real: Step, prediction: StepResult, seconds: float) -> Step:
     return msgspec.structs.replace(
         real,
         source="synthetic",
-        episode_id=real.episode_id + "/shadow",
+        episode_id=shadow_episode_id(real.episode_id),
         next_observation=prediction.observation,
         reward=prediction.reward,
         terminated=prediction.terminated,
