@@ -157,3 +157,22 @@ class Recorder:
     def finished(self) -> dict[str, int]:
         """Each phase that ended (not failed): its final count."""
         return {what: done for kind, what, done in self.events if kind == "ended"}
+
+
+def tensorboard_events(directory: Path) -> dict[str, dict[str, list[Any]]]:
+    """Every scalar (``scalars``: tag -> [(step, value)]) and text (``texts``: tag -> [text]) of the TensorBoard
+    event files under ``directory``, read back with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found: dict[str, dict[str, list[Any]]] = {"scalars": {}, "texts": {}}
+    for path in sorted(directory.rglob("events.out.tfevents.*")):
+        events = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0})
+        events.Reload()
+        for tag in events.Tags()["scalars"]:
+            found["scalars"].setdefault(tag, []).extend((e.step, e.value) for e in events.Scalars(tag))
+        for tag in events.Tags()["tensors"]:
+            texts = [b.decode() for e in events.Tensors(tag) for b in e.tensor_proto.string_val]
+            found["texts"].setdefault(tag, []).extend(texts)
+    for series in found["scalars"].values():
+        series.sort()
+    return found

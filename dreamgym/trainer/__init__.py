@@ -10,15 +10,17 @@
 """
 
 from dreamgym.trainer._config import LoraSettings, Mode, TrainConfig
-from dreamgym.trainer._evaluate import EvalResult, TaskScore, evaluate, wilson_interval
+from dreamgym.trainer._evaluate import EXAMPLE_COLUMNS, EvalExample, EvalResult, TaskScore, evaluate, wilson_interval
 from dreamgym.trainer._sides import ModelSlot, OpenSides, Refit, Sides, sft_refit
 from dreamgym.trainer._tiny import TINY_POLICY, tiny_index_policy
 from dreamgym.trainer._trainer import Trainer, TrainerState, TrainResult, latest_checkpoint
 from dreamgym.trainer._warm import Demonstration, WarmStartConfig, WarmStartResult, demonstrations, warm_start
 
 __all__ = [
+    "EXAMPLE_COLUMNS",
     "TINY_POLICY",
     "Demonstration",
+    "EvalExample",
     "EvalResult",
     "LoraSettings",
     "Mode",

@@ -117,7 +117,9 @@ class TrainConfig:
     """Seeds TRL, each update's task and seed draws, and the policy's sampling (from the command line)."""
     report_to: tuple[str, ...] = ("tensorboard",)
     """Loggers besides the JSON lines file (``metrics.jsonl``): any of TRL's ``report_to``
-    (``tensorboard``, ``trackio``, ``wandb`` where installed), or ``()``."""
+    (``tensorboard``, ``trackio``, ``wandb`` where installed), or ``()``. Each gets TRL's training figures and
+    dreamgym's (evaluations under ``eval/``, with a table of example episodes; refits, curriculum, groups played,
+    gated and dropped by reason, the simulator's shadow accuracy under ``train/``)."""
     device: str = "auto"
     """Where TRL trains the policy: ``auto`` (CUDA where torch sees a GPU, else the CPU), ``cpu`` or ``cuda``
     (the first GPU the process sees, each rank its own: pick one with ``CUDA_VISIBLE_DEVICES``); TRL moves the

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import Policy
 from dreamgym.core.types import Episode, Task
-from dreamgym.runtime import GroupSpec, Runtime
+from dreamgym.runtime import GroupResult, GroupSpec, Runtime
 
-__all__ = ["EvalResult", "TaskScore", "evaluate", "wilson_interval"]
+__all__ = ["EXAMPLE_COLUMNS", "EvalExample", "EvalResult", "TaskScore", "evaluate", "wilson_interval"]
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -46,6 +46,27 @@ class TaskScore:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EvalExample:
+    """One held-out episode as a trackers' table row shows it."""
+
+    task_id: str
+    seed: int | None
+    outcome: str
+    """``solved``, ``failed`` or ``cut: <reason>``."""
+    steps: int
+    actions: str
+    """The policy's actions, in order, joined by `` → ``."""
+
+    def row(self) -> list[object]:
+        """The values of :data:`EXAMPLE_COLUMNS`."""
+        return [self.task_id, self.seed, self.outcome, self.steps, self.actions]
+
+
+EXAMPLE_COLUMNS = ("task", "seed", "outcome", "steps", "actions")
+"""The columns of an evaluation's example table (:meth:`EvalExample.row`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvalResult:
     """Success of a policy on held-out real episodes, with its n and spread.
 
@@ -65,6 +86,8 @@ class EvalResult:
     cut_reasons: dict[str, int] = field(default_factory=dict)
     """``cut`` by reason (``deadline``, ``error``, ``backend``, ``browser_crashed``, ...)."""
     tasks: tuple[TaskScore, ...] = field(default=())
+    examples: tuple[EvalExample, ...] = field(default=())
+    """A few episodes to look at (per task, the first solved and the first not solved), for trackers' tables."""
 
     @property
     def errors(self) -> int:
@@ -98,6 +121,7 @@ class EvalResult:
             "cut_reasons": dict(self.cut_reasons),
             "errors": self.errors,
             "tasks": [asdict(task) for task in self.tasks],
+            "examples": [asdict(example) for example in self.examples],
         }
 
 
@@ -153,4 +177,25 @@ async def evaluate(
         cut=sum(s.cut for s in scores),
         cut_reasons=reasons,
         tasks=scores,
+        examples=_examples(results),
     )
+
+
+def _examples(results: Sequence[GroupResult]) -> tuple[EvalExample, ...]:
+    """Per task, the first solved and the first other episode, by seed."""
+    rollouts = sorted(
+        (r for result in results for r in result.rollouts),
+        key=lambda r: (r.episode.task_id, -1 if r.episode.seed is None else r.episode.seed),
+    )
+    chosen: dict[tuple[str, bool], EvalExample] = {}
+    for rollout in rollouts:
+        episode = rollout.episode
+        solved = episode.success and not episode.cut_reason
+        if (episode.task_id, solved) in chosen:
+            continue
+        outcome = "solved" if solved else f"cut: {episode.cut_reason}" if episode.cut_reason else "failed"
+        actions = " → ".join(str(step.action) for step in rollout.steps)
+        chosen[episode.task_id, solved] = EvalExample(
+            task_id=episode.task_id, seed=episode.seed, outcome=outcome, steps=len(rollout.steps), actions=actions
+        )
+    return tuple(sorted(chosen.values(), key=lambda e: (e.task_id, e.outcome != "solved")))

@@ -40,7 +40,6 @@ import contextlib
 import itertools
 import json
 import logging
-import math
 import os
 import random
 import time
@@ -62,8 +61,9 @@ from dreamgym.core.types import Source, Task
 from dreamgym.runtime import GroupResult, GroupSpec, Runtime, RuntimePortal
 from dreamgym.simulator import TaskPool
 from dreamgym.trainer._config import TrainConfig
-from dreamgym.trainer._evaluate import EvalResult, evaluate
+from dreamgym.trainer._evaluate import EXAMPLE_COLUMNS, EvalResult, evaluate
 from dreamgym.trainer._sides import OpenSides, Sides
+from dreamgym.trainer._trackers import close_writers, relay, relay_table
 
 __all__ = ["TrainResult", "Trainer", "TrainerState", "latest_checkpoint"]
 
@@ -226,7 +226,8 @@ class Trainer:
         self._torch_limiter = policy.limiter
         """Every in-process torch job of the run takes a slot of the policy's limiter."""
         self._metrics_path = config.output_dir / METRICS_FILE
-        self._writer: Any = None
+        self._relaying = False
+        """Our own figures are on their way to TRL's loggers: the callback must not log them back as TRL's."""
 
     # ------------------------------------------------------------------ running
 
@@ -264,9 +265,8 @@ class Trainer:
                     self._evaluate()
             finally:
                 self._portal = None
-                if self._writer is not None:
-                    self._writer.close()
-                    self._writer = None
+                if self._main:
+                    close_writers(self.grpo)
         return TrainResult(
             state=self.state,
             evaluations=tuple(self.evaluations),
@@ -623,6 +623,8 @@ class Trainer:
         self.state.eval_real_steps += result.steps
         self.evaluations.append((self.state.update, result))
         low, high = result.interval
+        if self._main:
+            relay_table(self.grpo, "eval/examples", EXAMPLE_COLUMNS, [example.row() for example in result.examples])
         self._log_metrics(
             {
                 "eval/success_rate": result.success_rate,
@@ -717,26 +719,19 @@ class Trainer:
         return {f"sim_trust/{task}": round(self._trust_accuracy(d), 4) for task, d in sorted(decisions.items()) if d}
 
     def _log_metrics(self, metrics: dict[str, Any], *, kind: str) -> None:
+        """One line of ``metrics.jsonl`` (the counters, then ``metrics``); and, to every ``report_to`` backend,
+        the counters and our own figures (TRL's loggers have TRL's training figures already)."""
         if not self._main:
             return
-        record = {"kind": kind, "time": time.time(), **self._counters(), **metrics}
+        counters = self._counters()
+        record = {"kind": kind, "time": time.time(), **counters, **metrics}
         with self._metrics_path.open("a") as out:
             out.write(json.dumps(record) + "\n")
-        if kind != "train":
-            self._tensorboard(metrics)
-
-    def _tensorboard(self, metrics: dict[str, Any]) -> None:
-        """Evaluation, refit and curriculum figures (TRL's own logger writes the training ones)."""
-        if "tensorboard" not in self.config.report_to:
-            return
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(str(self.config.output_dir / "runs" / "dreamgym"))
-        for name, value in metrics.items():
-            if isinstance(value, int | float) and math.isfinite(value):
-                self._writer.add_scalar(name, value, self.state.update)
-        self._writer.flush()
+        self._relaying = True
+        try:
+            relay(self.grpo, counters if kind == "train" else {**counters, **metrics})
+        finally:
+            self._relaying = False
 
     def _write_state(self, directory: Path) -> None:
         if not self._main:
@@ -803,6 +798,6 @@ class _Callback(TrainerCallback):
         return control
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-        if logs:
+        if logs and not self.trainer._relaying:
             self.trainer._log_metrics({f"train/{k}": v for k, v in logs.items()}, kind="train")
         return control

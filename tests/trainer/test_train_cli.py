@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import dreamgym
+from helpers import dreamgym, tensorboard_events
 from tiny_models import TASK
 
 
@@ -31,7 +31,11 @@ def test_collect_then_sim2real_then_resume(tmp_path: Path, tiny_models: tuple[Pa
     assert all(e["episodes"] == 1 for e in result["evaluations"])
     assert (out / "checkpoint-1" / "dreamgym_trainer.json").exists()  # kept at the switch
     assert (out / "checkpoint-2" / "dreamgym_trainer.json").exists() and (out / "final").is_dir()
-    assert list((out / "runs").rglob("events.out.tfevents.*"))  # TensorBoard
+    logged = tensorboard_events(out / "runs")  # every figure reaches TensorBoard through TRL's loggers
+    assert [step for step, _ in logged["scalars"]["eval/success_rate"]] == [0, 2]
+    assert [step for step, _ in logged["scalars"]["train/synthetic_groups"]][-1] == 2
+    assert {"train/loss", "eval/episodes", "train/real_transitions"} <= set(logged["scalars"])
+    assert f"| {'miniwob/' + TASK} | 1000 |" in logged["texts"]["eval/examples/text_summary"][0]
     kinds = {json.loads(line)["kind"] for line in (out / "metrics.jsonl").read_text().splitlines()}
     assert kinds >= {"train", "eval"}
 

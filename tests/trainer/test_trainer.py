@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 import torch
+from helpers import tensorboard_events
 from runtime_helpers import Counts, ToyBackend, ToyFormEnv, ToyPolicy, open_store, page, simulator
 
 from dreamgym.agents import LocalPolicy, LocalPolicyConfig
@@ -80,7 +81,7 @@ def make_trainer(toy_chat: tuple[Any, Any], root: Path, **settings: Any) -> Trai
         group_size=settings.pop("group_size", 4),
         groups_per_update=settings.pop("groups_per_update", 2),
         learning_rate=settings.pop("learning_rate", 1e-3),
-        report_to=(),
+        report_to=settings.pop("report_to", ()),
         **settings,
     )
     return Trainer(
@@ -295,8 +296,12 @@ def test_resume_continues_where_it_stopped(toy_chat: tuple[Any, Any], tmp_path: 
     assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in restored.items() if "lora_B" in n)
 
 
-def test_evaluation_counts_real_transitions_exactly(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
-    trainer = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, evaluation=True)
+def test_evaluation_counts_real_transitions_exactly_and_every_figure_reaches_tensorboard(
+    toy_chat: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing may be written where the run was started
+    trainer = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, evaluation=True,
+                           report_to=("tensorboard",))  # fmt: skip
     result = trainer.train()
     assert [update for update, _ in result.evaluations] == [0, 1]
     for _, evaluation in result.evaluations:
@@ -310,6 +315,17 @@ def test_evaluation_counts_real_transitions_exactly(toy_chat: tuple[Any, Any], t
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evals = [line for line in lines if line["kind"] == "eval"]
     assert [line["real_transitions"] for line in evals] == [0, result.state.real_steps]
+    # TensorBoard, through TRL's loggers: TRL's figures, the evaluations before and after, the counters
+    logged = tensorboard_events(tmp_path / "run" / "runs")
+    scalars = logged["scalars"]
+    assert scalars["eval/success_rate"] == [(u, pytest.approx(e.success_rate)) for u, e in result.evaluations]
+    assert scalars["eval/episodes"] == [(0, len(EVAL_SEEDS)), (1, len(EVAL_SEEDS))]
+    assert scalars["train/real_transitions"][-1] == (1, result.state.real_steps)
+    assert "train/loss" in scalars and "train/real_groups" in scalars
+    tables = logged["texts"]["eval/examples/text_summary"]
+    assert len(tables) == 2 and all("| task | seed | outcome | steps | actions |" in table for table in tables)
+    assert f"| toy/form | {min(EVAL_SEEDS)} |" in tables[0]  # the first episode by seed, with its actions
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["eval-store", "run", "store"]
 
 
 NEVER = Task(task_id="toy/never", instruction='Enter "Ana" and press Submit.', site="toy")
