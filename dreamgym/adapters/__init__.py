@@ -1,10 +1,15 @@
-"""dreamgym for other frameworks' users: Gymnasium.
+"""dreamgym for other frameworks' users: Gymnasium and BrowserGym.
 
 - ``WebEnv``: any dreamgym environment, real or simulated, as a synchronous
   ``gymnasium.Env`` (observations: dicts of ``UnicodeText``; actions: strings).
 - ``register_envs``: the ids ``dreamgym/miniwob.<task>-v0`` (real Chromium) and
   ``dreamgym/sim.miniwob.<task>-v0`` (a simulator; ``model=`` names its
   experience model), registered by ``import dreamgym``.
+- ``from_browsergym`` / ``to_browsergym``: BrowserGym's high-level action
+  strings (``click('e5')``) to dreamgym actions and back;
+  ``browsergym_observation``: BrowserGym's observation dict, with an
+  ``axtree_object`` that its ``flatten_axtree_to_str`` renders;
+  ``BrowserGymEnv``: a ``WebEnv`` that BrowserGym agents drive unchanged.
 
 Example:
     >>> import dreamgym, gymnasium
@@ -13,6 +18,8 @@ Example:
     >>> observation, reward, terminated, truncated, info = env.step("click [e3]")
 """
 
+from dreamgym.adapters._browsergym import from_browsergym, to_browsergym
+from dreamgym.adapters._browsergym_env import BROWSERGYM_OBSERVATION_KEYS, BrowserGymEnv, browsergym_observation
 from dreamgym.adapters._gymnasium import (
     MAX_ACTION_CHARS,
     MAX_TEXT_CHARS,
@@ -24,13 +31,18 @@ from dreamgym.adapters._gymnasium import (
 from dreamgym.adapters._miniwob import miniwob_env, register_envs, simulated_miniwob_env
 
 __all__ = [
+    "BROWSERGYM_OBSERVATION_KEYS",
     "MAX_ACTION_CHARS",
     "MAX_TEXT_CHARS",
     "OBSERVATION_KEYS",
+    "BrowserGymEnv",
     "OpenEnvironment",
     "UnicodeText",
     "WebEnv",
+    "browsergym_observation",
+    "from_browsergym",
     "miniwob_env",
     "register_envs",
     "simulated_miniwob_env",
+    "to_browsergym",
 ]

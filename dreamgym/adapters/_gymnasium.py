@@ -10,10 +10,12 @@ interpreter exits (a portal left open would hang the exit).
 
 Observations are dicts of four strings (``goal``, ``state``, ``url``,
 ``last_action_error``); actions are strings in dreamgym's action grammar
-(``click [e5]``). Text that is not an action is data, not an error: it comes
-back as ``last_action_error``. ``info`` holds only what two identical runs
-share (task, seed, step, the action as parsed, the truncation reason), never
-timings or ids, so equal runs give equal infos.
+(``click [e5]``), or :class:`~dreamgym.core.types.Action` records that an
+adapter has already translated from another framework's actions. Text that is
+not an action is data, not an error: it comes back as ``last_action_error``.
+``info`` holds only what two identical runs share (task, seed, step, the
+action as parsed, the truncation reason), never timings or ids, so equal runs
+give equal infos.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from dreamgym.core.actions import try_parse_action
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import Environment
-from dreamgym.core.types import Observation, Task
+from dreamgym.core.types import Action, Observation, Task
 
 __all__ = ["MAX_ACTION_CHARS", "MAX_TEXT_CHARS", "OBSERVATION_KEYS", "OpenEnvironment", "UnicodeText", "WebEnv"]
 
@@ -154,19 +156,26 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         self._episode = _Episode(task=task, seed=episode_seed, observation=observation)
         return self._observation(observation), self._info()
 
-    def step(self, action: str) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
+    def step(self, action: str | Action) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         """Carry out one action string; text that is not an action comes back as ``last_action_error``.
+
+        An :class:`~dreamgym.core.types.Action` is carried out as it is: adapters
+        that translate another framework's actions (:func:`from_browsergym`) hand
+        them over parsed, so that their own ``invalid`` actions keep their error.
 
         Raises:
             ResetNeeded: ``reset`` was never called.
-            ConfigError: ``action`` is not a string.
+            ConfigError: ``action`` is neither a string nor an ``Action``.
         """
         episode = self._episode
         if episode is None:
             raise ResetNeeded("call reset() before step()")
-        if not isinstance(action, str):
+        if isinstance(action, Action):
+            parsed = action
+        elif isinstance(action, str):
+            parsed = try_parse_action(action)
+        else:
             raise ConfigError(f"WebEnv actions are strings such as 'click [e5]', not {type(action).__name__}")
-        parsed = try_parse_action(action)
         result = self._portal.call(self._env.step, parsed)
         episode.steps += 1
         episode.observation = result.observation
@@ -175,6 +184,18 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
             truncated, reason = True, "step_limit"
         info = {**self._info(), "step": episode.steps, "action": str(parsed), "truncation_reason": reason}
         return self._observation(result.observation), float(result.reward), bool(result.terminated), truncated, info
+
+    @property
+    def last_observation(self) -> Observation:
+        """The dreamgym :class:`~dreamgym.core.types.Observation` behind the latest observation dict, with
+        what the dict leaves out (tabs, the focused element); adapters build their own observations from it.
+
+        Raises:
+            ResetNeeded: ``reset`` was never called.
+        """
+        if self._episode is None:
+            raise ResetNeeded("call reset() first")
+        return self._episode.observation
 
     def render(self) -> str | None:
         """With ``render_mode="ansi"``: the goal, the URL, the last action's error and the page state, as text.
