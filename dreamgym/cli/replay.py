@@ -36,9 +36,13 @@ def add_replay_command(commands: Any) -> None:
     view.add_argument("--max-reward", type=float, default=None, help="episodes with an outcome reward at most this")
     view.add_argument("--limit", type=int, default=200, help="at most this many episodes, the newest first")
     view.set_defaults(run=_run_view)
-    export = sub.add_parser("export", help="write a store's records as JSONL")
+    export = sub.add_parser("export", help="write a store's records as JSONL, or its episodes and steps as Parquet")
     export.add_argument("path", type=Path)
-    export.add_argument("-o", "--output", type=Path, required=True)
+    export.add_argument("-o", "--output", type=Path, required=True,
+                        help="the JSONL file, or the folder of episodes.parquet and steps.parquet")  # fmt: skip
+    export.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
+    export.add_argument("--push-to-hub", default=None, metavar="REPO_ID",
+                        help="with --format parquet, also push both to this Hugging Face dataset repo")  # fmt: skip
     export.set_defaults(run=_run_export)
     imp = sub.add_parser("import", help="add the records of a JSONL export to a store (created if missing)")
     imp.add_argument("path", type=Path)
@@ -135,14 +139,31 @@ def _run_view(args: argparse.Namespace) -> int:
 def _run_export(args: argparse.Namespace) -> int:
     import anyio
 
-    from dreamgym.replay import export_jsonl
+    from dreamgym.core.errors import ConfigError
+    from dreamgym.replay import export_jsonl, export_parquet
 
-    async def go() -> int:
+    if args.push_to_hub and args.format != "parquet":
+        raise ConfigError("--push-to-hub needs --format parquet")
+
+    async def go() -> Any:
         async with open_store(args.path, readonly=True) as store:
+            if args.format == "parquet":
+                return await export_parquet(store, args.output)
             return await export_jsonl(store, args.output)
 
-    lines = anyio.run(go)
-    print(f"wrote {lines} records to {args.output}")
+    written = anyio.run(go)
+    if args.format == "jsonl":
+        print(f"wrote {written} records to {args.output}")
+        return 0
+    print(f"wrote {written['episodes']} episodes and {written['steps']} steps to {args.output}/"
+          "{episodes,steps}.parquet")  # fmt: skip
+    if args.push_to_hub:  # one dataset repository, a configuration each (their columns differ)
+        from datasets import load_dataset
+
+        for name in ("episodes", "steps"):
+            data = load_dataset("parquet", data_files=str(args.output / f"{name}.parquet"), split="train")
+            data.push_to_hub(args.push_to_hub, config_name=name)
+        print(f"pushed to https://huggingface.co/datasets/{args.push_to_hub} (configurations episodes and steps)")
     return 0
 
 

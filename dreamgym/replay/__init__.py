@@ -10,11 +10,19 @@ from dreamgym.replay.embedders import (
     embedder_from_name,
     transition_text,
 )
-from dreamgym.replay.export import episodes_dataset, export_jsonl, import_jsonl
+from dreamgym.replay.export import (
+    STEP_COLUMNS,
+    episodes_dataset,
+    export_jsonl,
+    export_parquet,
+    import_jsonl,
+    steps_dataset,
+)
 from dreamgym.replay.store import LmdbReplayStore, StoreStats
 
 __all__ = [
     "NOT_STORED",
+    "STEP_COLUMNS",
     "UNUSABLE_PREDICTIONS",
     "AnnSettings",
     "HashingEmbedder",
@@ -27,7 +35,9 @@ __all__ = [
     "embedder_from_name",
     "episodes_dataset",
     "export_jsonl",
+    "export_parquet",
     "import_jsonl",
     "shadow_predictions",
+    "steps_dataset",
     "transition_text",
 ]

@@ -1,4 +1,4 @@
-"""Export and import of a store: JSONL, and a Hugging Face ``datasets.Dataset`` of episodes.
+"""Export and import of a store: JSONL; Hugging Face ``datasets`` of episodes and of steps; Parquet.
 
 JSONL format: one record per line, as :func:`~dreamgym.core.types.record_to_json`
 writes it (each line has ``kind`` and ``schema_version``): tasks first, then
@@ -20,7 +20,7 @@ from dreamgym.core.errors import RecordFormatError
 from dreamgym.core.types import Episode, Record, Step, Task, decode_record, record_from_json, record_to_json
 from dreamgym.replay.store import LmdbReplayStore
 
-__all__ = ["episodes_dataset", "export_jsonl", "import_jsonl"]
+__all__ = ["STEP_COLUMNS", "episodes_dataset", "export_jsonl", "export_parquet", "import_jsonl", "steps_dataset"]
 
 _ORDER = (("tasks", Task), ("steps", Step), ("episodes", Episode))
 
@@ -139,3 +139,95 @@ def _row(steps: list[Step], episode: Episode | None) -> dict[str, Any]:
         "next_states": [s.next_observation.state for s in steps],
         "urls": [s.observation.url for s in steps],
     }
+
+
+STEP_COLUMNS = {
+    "episode_id": "the episode the step belongs to (a shadow prediction's ends in ``/shadow``)",
+    "step_index": "its place in the episode, from 0",
+    "task_id": "the task, e.g. ``miniwob/click-button``",
+    "source": "``real`` (live pages) or ``synthetic`` (the experience model)",
+    "seed": "the episode's seed (``None`` where the task has none)",
+    "group_id": "the group of episodes it was played in (GRPO's G)",
+    "site": "the site or benchmark family",
+    "policy_id": "the policy (and its weights' version) that chose the action",
+    "experience_model_id": "synthetic steps: the experience model and a hash of its weights",
+    "prompt_template_id": "synthetic steps: the experience model's prompt template",
+    "goal": "the goal as the page states it (empty where the task's instruction says it all)",
+    "state": "the page before the action, in ``core.state``'s text format",
+    "url": "the page's address before the action",
+    "action": "the action, as ``core.actions`` writes it (``click [e5]``)",
+    "next_state": "the page after the action",
+    "next_url": "the page's address after the action",
+    "last_action_error": "why the action could not be carried out; empty when it was",
+    "reward": "the step's reward (an episode's outcome is its terminating step's)",
+    "terminated": "the task ended here",
+    "truncated": "the episode was cut here from outside",
+    "truncation_reason": "why it was cut: ``step_limit``, ``deadline``, ``model_output``, ...",
+}
+"""The columns of :func:`steps_dataset` (and of ``steps.parquet``), with what each holds. The policy's token
+records and the timings stay in the store."""
+
+
+async def steps_dataset(store: LmdbReplayStore) -> Any:
+    """A ``datasets.Dataset`` with one row per stored step, in commit order (columns: :data:`STEP_COLUMNS`)."""
+    import datasets
+
+    def build() -> list[dict[str, Any]]:
+        return [_step_row(_decode("steps", value)) for _, value in store.iter_records("steps")]
+
+    rows = await anyio.to_thread.run_sync(build)
+    features = datasets.Features(
+        {name: datasets.Value(_STEP_TYPES.get(name, "string")) for name in STEP_COLUMNS}
+    )  # fixed, so an empty store or a column of None still has its type
+    return datasets.Dataset.from_list(rows, features=features)
+
+
+_STEP_TYPES = {"step_index": "int64", "seed": "int64", "reward": "float64", "terminated": "bool", "truncated": "bool"}
+
+
+def _step_row(step: Step) -> dict[str, Any]:
+    before, after = step.observation, step.next_observation
+    return {
+        "episode_id": step.episode_id,
+        "step_index": step.step_index,
+        "task_id": step.task_id,
+        "source": step.source,
+        "seed": step.seed,
+        "group_id": step.group_id,
+        "site": step.site,
+        "policy_id": step.policy_id,
+        "experience_model_id": step.experience_model_id,
+        "prompt_template_id": step.prompt_template_id,
+        "goal": before.goal,
+        "state": before.state,
+        "url": before.url,
+        "action": str(step.action),
+        "next_state": after.state,
+        "next_url": after.url,
+        "last_action_error": after.last_action_error,
+        "reward": step.reward,
+        "terminated": step.terminated,
+        "truncated": step.truncated,
+        "truncation_reason": step.truncation_reason,
+    }
+
+
+async def export_parquet(store: LmdbReplayStore, directory: str | Path) -> dict[str, int]:
+    """Write ``episodes.parquet`` (:func:`episodes_dataset`) and ``steps.parquet`` (:func:`steps_dataset`) into
+    ``directory``; returns the rows of each. Each file appears only once it is complete.
+
+    Each loads anywhere as a ``datasets.Dataset`` (their columns differ, so they are two datasets, not two splits
+    of one): ``load_dataset("parquet", data_files="DIR/steps.parquet", split="train")``.
+    """
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for name, dataset in (("episodes", await episodes_dataset(store)), ("steps", await steps_dataset(store))):
+        partial = target / f"{name}.parquet.partial"
+        try:
+            await anyio.to_thread.run_sync(dataset.to_parquet, str(partial))
+            partial.replace(target / f"{name}.parquet")
+        finally:
+            partial.unlink(missing_ok=True)
+        counts[name] = len(dataset)
+    return counts

@@ -6,7 +6,15 @@ import pytest
 from helpers import make_step
 
 from dreamgym.core import Episode, RecordFormatError, Task, record_to_json
-from dreamgym.replay import HashingEmbedder, LmdbReplayStore, episodes_dataset, export_jsonl, import_jsonl
+from dreamgym.replay import (
+    STEP_COLUMNS,
+    HashingEmbedder,
+    LmdbReplayStore,
+    episodes_dataset,
+    export_jsonl,
+    import_jsonl,
+    steps_dataset,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -84,3 +92,48 @@ async def test_episodes_become_a_hugging_face_dataset(tmp_path: Path) -> None:
     assert first["actions"] == ["click [e1]"] * 3
     assert first["states"][1] == make_step(1).observation.state
     assert dataset[1]["source"] == "synthetic" and dataset[1]["experience_model_id"] == "test-model"
+
+
+async def test_steps_become_a_dataset_with_the_documented_columns(tmp_path: Path) -> None:
+    async with LmdbReplayStore(tmp_path, embedder=HashingEmbedder(32)) as store:
+        steps = await _fill(store)
+        dataset = await steps_dataset(store)
+    assert dataset.column_names == list(STEP_COLUMNS)
+    assert len(dataset) == len(steps)
+    row = dataset[4]
+    assert (row["episode_id"], row["step_index"], row["source"]) == ("ep-1", steps[4].step_index, "synthetic")
+    assert (row["action"], row["state"], row["next_state"]) == (
+        "click [e1]",
+        steps[4].observation.state,
+        steps[4].next_observation.state,
+    )
+    assert row["experience_model_id"] == "test-model" and dataset[0]["experience_model_id"] == ""
+
+
+@pytest.mark.anyio(False)
+def test_parquet_export_loads_as_one_hugging_face_dataset(tmp_path: Path) -> None:
+    """``dreamgym replay export --format parquet``, then ``datasets.load_dataset("parquet", ...)`` as a user would."""
+    import anyio
+    from datasets import load_dataset
+    from helpers import dreamgym
+
+    async def fill() -> list:
+        async with LmdbReplayStore(tmp_path / "store", embedder=HashingEmbedder(32)) as store:
+            return await _fill(store)
+
+    steps = anyio.run(fill)
+    out = tmp_path / "export"
+    result = dreamgym("replay", "export", str(tmp_path / "store"), "-o", str(out), "--format", "parquet")
+    assert "wrote 2 episodes and 6 steps" in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["episodes.parquet", "steps.parquet"]  # no partial file left
+    loaded = {
+        n: load_dataset("parquet", data_files=str(out / f"{n}.parquet"), split="train") for n in ("episodes", "steps")
+    }
+    assert (len(loaded["episodes"]), len(loaded["steps"])) == (2, 6)
+    assert loaded["steps"].column_names == list(STEP_COLUMNS)
+    assert loaded["steps"][5]["next_state"] == steps[5].next_observation.state
+    assert loaded["episodes"][0]["actions"] == ["click [e1]"] * 3 and loaded["episodes"][0]["success"]
+    refused = dreamgym(
+        "replay", "export", str(tmp_path / "store"), "-o", str(out), "--push-to-hub", "me/x", check=False
+    )
+    assert refused.returncode != 0 and "--push-to-hub needs --format parquet" in refused.stderr
