@@ -65,6 +65,7 @@ from dreamgym.core.actions import candidate_actions, invalid_action, stop
 from dreamgym.core.batching import ThreadBatcher
 from dreamgym.core.devices import check_device, check_dtype, place_given, place_loaded
 from dreamgym.core.errors import BackendError, ConfigError
+from dreamgym.core.models import resolve_model
 from dreamgym.core.protocols import PolicyDecision
 from dreamgym.core.state import parse_state
 from dreamgym.core.types import Action, Observation, PolicyTokens, Step, Task
@@ -326,10 +327,8 @@ class LocalPolicy:
 
         from dreamgym.simulator import weights_digest
 
-        root = Path(path).expanduser()
-        if not root.is_dir():
-            raise ConfigError(f"no model directory at {root}; give the directory of a chat model")
-        kwargs.setdefault("name", root.name)
+        root = resolve_model(path, what="policy model")
+        kwargs.setdefault("name", root.name if Path(path).expanduser().is_dir() else str(path))
         kwargs.setdefault("digest", weights_digest(root))
         model = AutoModelForCausalLM.from_pretrained(str(root))
         tokenizer = AutoTokenizer.from_pretrained(str(root))

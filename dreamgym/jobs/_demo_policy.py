@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from dreamgym.core.models import resolve_model
 from dreamgym.jobs._demo_settings import DemoSettings, demo_tasks, held_out_pairs
 
 if TYPE_CHECKING:
@@ -79,8 +80,9 @@ def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWe
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(str(given))
-        tokenizer = AutoTokenizer.from_pretrained(str(given))
+        directory = resolve_model(given, what="--policy-model")
+        model = AutoModelForCausalLM.from_pretrained(str(directory))
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
         add_index_tokens(model, tokenizer)
     directory = settings.out / "policy"
     draft = PolicyWeights(directory=directory, model=model, tokenizer=tokenizer, digest="")

@@ -34,6 +34,7 @@ from typing import Any
 
 from dreamgym.core.devices import check_device, check_dtype, place_loaded, trainer_flags
 from dreamgym.core.errors import ConfigError
+from dreamgym.core.models import is_hub_id, resolve_model
 from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour, ReplayStore, Sampling, TextBackend
 from dreamgym.core.state import diff_states
@@ -96,7 +97,8 @@ class SimTrainConfig:
     """How ``train_experience_model`` trains."""
 
     base: str = "scratch"
-    """A local model directory to fine-tune, or ``"scratch"`` for a new small model."""
+    """A model to fine-tune — a local directory or a Hugging Face id (:func:`~dreamgym.core.models.resolve_model`)
+    — or ``"scratch"`` for a new small model."""
     lora: bool = True
     """Fine-tune a base through LoRA adapters (PEFT); ignored for ``scratch``."""
     lora_rank: int = 16
@@ -132,8 +134,11 @@ class SimTrainConfig:
             raise ConfigError(f"SimTrainConfig.loop must be 'plain' or 'trl', not {self.loop!r}")
         check_device(self.device, "SimTrainConfig.device", trl=self.loop == "trl")
         check_dtype(self.dtype, "SimTrainConfig.dtype")
-        if self.base != "scratch" and not Path(self.base).expanduser().is_dir():
-            raise ConfigError(f"SimTrainConfig.base must be 'scratch' or a local model directory; {self.base!r} is not")
+        if self.base != "scratch" and not Path(self.base).expanduser().is_dir() and not is_hub_id(self.base):
+            raise ConfigError(
+                f"SimTrainConfig.base must be 'scratch', a local model directory or a Hugging Face id; "
+                f"{self.base!r} is none of them"
+            )
 
     @property
     def lr(self) -> float:
@@ -362,7 +367,9 @@ def train_experience_model(
     trained.save_pretrained(str(out))  # an adapter (LoRA) or the whole model
     tokenizer.save_pretrained(str(out))
     metadata = {
-        "base": config.base if config.base == "scratch" else str(Path(config.base).expanduser().resolve()),
+        "base": config.base
+        if config.base == "scratch" or not Path(config.base).expanduser().is_dir()
+        else str(Path(config.base).expanduser().resolve()),
         "lora": peft_config is not None,
         "template_id": template.template_id,
         "template": asdict(template),
@@ -547,7 +554,7 @@ def _base_model(examples: Sequence[SFTExample], config: SimTrainConfig) -> tuple
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if config.base != "scratch":
-        base = str(Path(config.base).expanduser())
+        base = str(resolve_model(config.base, what="SimTrainConfig.base"))
         return AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
     tokenizer = train_tokenizer(
         [m.content for e in examples for m in e.messages] + [e.completion for e in examples], config.scratch.vocab_size

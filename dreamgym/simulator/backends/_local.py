@@ -36,6 +36,7 @@ import anyio
 from dreamgym.core.batching import ThreadBatcher
 from dreamgym.core.devices import check_device, check_dtype, model_device, place_given, place_loaded
 from dreamgym.core.errors import BackendError, ConfigError
+from dreamgym.core.models import resolve_model
 from dreamgym.core.protocols import ChatMessage, Completion, Sampling
 
 if TYPE_CHECKING:
@@ -149,22 +150,21 @@ class LocalBackend:
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        root = Path(path).expanduser()
-        if not root.is_dir():
-            raise ConfigError(f"no model directory at {root}; build one with `dreamgym sim train` or give a path")
+        root = resolve_model(path, what="experience model")
         digest = weights_digest(root)
         if (root / "adapter_config.json").exists():
             from peft import PeftConfig, PeftModel
 
-            base = PeftConfig.from_pretrained(str(root)).base_model_name_or_path
-            if not base or not Path(base).is_dir():
-                raise ConfigError(f"the adapter at {root} names base model {base!r}, which is not a local directory")
+            named = PeftConfig.from_pretrained(str(root)).base_model_name_or_path
+            if not named:
+                raise ConfigError(f"the adapter at {root} names no base model")
+            base = str(resolve_model(named, what=f"the base model of the adapter at {root}"))
             digest = hashlib.sha256((weights_digest(base) + digest).encode()).hexdigest()
             model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(root)).merge_and_unload()
         else:
             model = AutoModelForCausalLM.from_pretrained(str(root))
         tokenizer = AutoTokenizer.from_pretrained(str(root))
-        kwargs.setdefault("name", root.name)
+        kwargs.setdefault("name", root.name if Path(path).expanduser().is_dir() else str(path))
         model = place_loaded(model, kwargs.get("device", "auto"), kwargs.get("dtype", "auto"))
         return cls(model, tokenizer, digest=digest, **kwargs)
 
