@@ -1,4 +1,4 @@
-"""dreamgym for other frameworks' users: Gymnasium and BrowserGym.
+"""dreamgym for other frameworks' users: Gymnasium, BrowserGym and TRL.
 
 - ``WebEnv``: any dreamgym environment, real or simulated, as a synchronous
   ``gymnasium.Env`` (observations: dicts of ``UnicodeText``; actions: strings).
@@ -10,6 +10,9 @@
   ``browsergym_observation``: BrowserGym's observation dict, with an
   ``axtree_object`` that its ``flatten_axtree_to_str`` renders;
   ``BrowserGymEnv``: a ``WebEnv`` that BrowserGym agents drive unchanged.
+- ``TRLWebEnvironment``, ``TRLEnvironmentFactory``, ``trl_miniwob_factory``,
+  ``trl_simulated_miniwob_factory``, ``trl_dataset``: environments for TRL's
+  ``GRPOTrainer(environment_factory=...)``, with the actions as tools.
 
 Example:
     >>> import dreamgym, gymnasium
@@ -29,14 +32,27 @@ from dreamgym.adapters._gymnasium import (
     WebEnv,
 )
 from dreamgym.adapters._miniwob import miniwob_env, register_envs, simulated_miniwob_env
+from dreamgym.adapters._trl import (
+    TOOL_NAMES,
+    TRL_PROMPT,
+    TRLEnvironmentFactory,
+    TRLWebEnvironment,
+    trl_dataset,
+    trl_miniwob_factory,
+    trl_simulated_miniwob_factory,
+)
 
 __all__ = [
     "BROWSERGYM_OBSERVATION_KEYS",
     "MAX_ACTION_CHARS",
     "MAX_TEXT_CHARS",
     "OBSERVATION_KEYS",
+    "TOOL_NAMES",
+    "TRL_PROMPT",
     "BrowserGymEnv",
     "OpenEnvironment",
+    "TRLEnvironmentFactory",
+    "TRLWebEnvironment",
     "UnicodeText",
     "WebEnv",
     "browsergym_observation",
@@ -45,4 +61,7 @@ __all__ = [
     "register_envs",
     "simulated_miniwob_env",
     "to_browsergym",
+    "trl_dataset",
+    "trl_miniwob_factory",
+    "trl_simulated_miniwob_factory",
 ]

@@ -308,8 +308,9 @@ def add_served_sim_arguments(parser: argparse.ArgumentParser, model_flag: str) -
 
 
 def experience_model_source(args: argparse.Namespace, name: str, model_flag: str) -> Any:
-    """The experience model a command asks: ``name``'s local directory ('default': the offline default),
-    or with ``--sim-url`` the :class:`~dreamgym.simulator.ServedModel` of that name.
+    """The experience model a command asks: ``name``'s directory ('default': the offline default; a Hugging Face
+    id: its snapshot in the local cache), or with ``--sim-url`` the :class:`~dreamgym.simulator.ServedModel` of
+    that name.
 
     Raises:
         UsageError: ``--sim-url`` without a served model's name, or served settings out of range.
@@ -322,7 +323,12 @@ def experience_model_source(args: argparse.Namespace, name: str, model_flag: str
             from dreamgym.jobs.sim_default import default_model_dir
 
             return default_model_dir()
-        return Path(name)
+        from dreamgym.core.models import is_hub_id, resolve_model
+
+        local = Path(name).expanduser()
+        if local.exists() or not is_hub_id(name):  # a path: the command says what is wrong with it, in its turn
+            return local
+        return resolve_model(name, what=model_flag)
     from dreamgym.simulator import ServedModel
 
     if name == "default":

@@ -115,7 +115,6 @@ def train_config(args: argparse.Namespace) -> Any:
 def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
     from dreamgym.core.errors import ConfigError, UsageError
-    from dreamgym.core.models import resolve_model
     from dreamgym.jobs import StackSettings, held_out, stack_sides
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
@@ -155,8 +154,6 @@ def _run_train(args: argparse.Namespace) -> int:
         if not isinstance(sim_model, Path) and config.sim_refit_every:
             raise UsageError("--sim-refit-every refits the experience model's weights: it needs a local model, "
                              "not --sim-url")  # fmt: skip
-        if isinstance(sim_model, Path) and args.sim_model != "default":
-            sim_model = resolve_model(sim_model, what="--sim-model")  # a directory, or a Hugging Face id
         if isinstance(sim_model, Path) and not (sim_model / "config.json").exists():
             hint = " (build it with `make sim-default`)" if args.sim_model == "default" else ""
             raise ConfigError(f"no experience model at {sim_model}{hint}")
