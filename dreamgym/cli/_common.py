@@ -305,6 +305,9 @@ def add_served_sim_arguments(parser: argparse.ArgumentParser, model_flag: str) -
     add_served_arguments(parser, "sim", "experience model", max_new_tokens=384, model=False,
                          url_help=f"the /v1 URL serving the experience model; {model_flag} then names the served "
                                   "model, which must answer in the default template's format")  # fmt: skip
+    parser.add_argument("--sim-structured", choices=("none", "vllm", "vllm-guided", "sglang"), default="none",
+                        help="ask the server to keep answers to the template's form: vLLM's structured_outputs "
+                             "regex (vllm), its older guided_regex (vllm-guided), SGLang's regex (sglang)")  # fmt: skip
 
 
 def experience_model_source(args: argparse.Namespace, name: str, model_flag: str) -> Any:
@@ -333,7 +336,8 @@ def experience_model_source(args: argparse.Namespace, name: str, model_flag: str
 
     if name == "default":
         raise UsageError(f"--sim-url needs {model_flag} NAME, the model name its server serves")
-    return ServedModel(model=name, url=url, **served_settings(args, "sim"))
+    return ServedModel(model=name, url=url, structured=getattr(args, "sim_structured", "none"),
+                       **served_settings(args, "sim"))  # fmt: skip
 
 
 def embedder_named(name: str | None) -> Any:

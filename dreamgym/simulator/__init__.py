@@ -42,7 +42,7 @@ from dreamgym.simulator._fidelity import (
     teacher_forced_queries,
     without_salvaged,
 )
-from dreamgym.simulator._load import ServedModel, load_experience_model
+from dreamgym.simulator._load import STRUCTURED_OUTPUTS, ServedModel, StructuredOutput, load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
 from dreamgym.simulator._rules import LIST_ROLES, TEXT_ROLES, apply_rules, selected_option_page, typed_text_page
@@ -57,7 +57,7 @@ from dreamgym.simulator._sft import (
     real_episodes,
     train_experience_model,
 )
-from dreamgym.simulator._templates import TemplateConfig, answer_text, history_of, initial_answer_text
+from dreamgym.simulator._templates import TemplateConfig, answer_pattern, answer_text, history_of, initial_answer_text
 from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_digest
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "LIST_ROLES",
     "MAX_ANSWER_CHARS",
     "METADATA_FILE",
+    "STRUCTURED_OUTPUTS",
     "TEXT_ROLES",
     "VARIATION_TEMPLATE_ID",
     "CopyTopRetrieved",
@@ -86,10 +87,12 @@ __all__ = [
     "SimulatorStats",
     "StepPredictions",
     "StepScore",
+    "StructuredOutput",
     "TaskPool",
     "TemplateConfig",
     "UnchangedPage",
     "annotate_reasoning",
+    "answer_pattern",
     "answer_text",
     "apply_rules",
     "build_sft_examples",

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import ReplayStore, Sampling
 from dreamgym.simulator._model import ExperienceModelConfig, LLMExperienceModel
 from dreamgym.simulator._sft import read_metadata
-from dreamgym.simulator._templates import TemplateConfig
+from dreamgym.simulator._templates import TemplateConfig, answer_pattern
 from dreamgym.simulator.backends import LocalBackend, OpenAIBackend
 
-__all__ = ["ServedModel", "load_experience_model"]
+__all__ = ["STRUCTURED_OUTPUTS", "ServedModel", "StructuredOutput", "load_experience_model"]
+
+StructuredOutput = Literal["none", "vllm", "vllm-guided", "sglang"]
+STRUCTURED_OUTPUTS: frozenset[str] = frozenset({"none", "vllm", "vllm-guided", "sglang"})
+"""The structured-output options :class:`ServedModel` passes to its server."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,27 @@ class ServedModel:
     concurrency: int = 8
     """Requests in flight at once."""
     template: TemplateConfig = field(default_factory=TemplateConfig)
+    structured: StructuredOutput = "none"
+    """How the server is asked to keep its answers to the template's form (:func:`answer_pattern`): ``"vllm"``
+    (``structured_outputs: {regex}``, vLLM 0.10.2 and later), ``"vllm-guided"`` (``guided_regex``, earlier vLLM),
+    ``"sglang"`` (``regex``), or ``"none"`` (the server answers freely; the parser copes)."""
+
+    def __post_init__(self) -> None:
+        if self.structured not in STRUCTURED_OUTPUTS:
+            raise ConfigError(
+                f"ServedModel.structured must be one of {sorted(STRUCTURED_OUTPUTS)}, not {self.structured!r}"
+            )
+
+    def request_fields(self) -> dict[str, Any]:
+        """The extra JSON fields of every request: the server's structured-output option, where asked."""
+        pattern = answer_pattern(self.template)
+        fields: dict[str, dict[str, Any]] = {
+            "none": {},
+            "vllm": {"structured_outputs": {"regex": pattern}},
+            "vllm-guided": {"guided_regex": pattern},
+            "sglang": {"regex": pattern},
+        }
+        return fields[self.structured]
 
 
 def load_experience_model(
@@ -58,7 +84,7 @@ def load_experience_model(
     """
     if isinstance(path, ServedModel):
         backend = OpenAIBackend(model=path.model, base_url=path.url, timeout_s=path.timeout_s,
-                                max_concurrency=path.concurrency)  # fmt: skip
+                                max_concurrency=path.concurrency, extra_body=path.request_fields())  # fmt: skip
         sampling = sampling or Sampling(max_new_tokens=path.max_new_tokens, stop=path.stop)
         served = ExperienceModelConfig(template=path.template, sampling=sampling, max_attempts=max_attempts)
         return LLMExperienceModel(backend, config=served, store=store)

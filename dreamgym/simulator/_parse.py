@@ -39,7 +39,7 @@ MAX_ANSWER_CHARS = 200_000
 """Longer answers are refused unread (a runaway generation, not a page)."""
 
 _OPEN = re.compile(r"<(think|diff|state|error|reward|done)>", re.IGNORECASE)
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$", re.MULTILINE)
 _YES = {"yes", "y", "true", "1", "ended", "end", "done"}
 _NO = {"no", "n", "false", "0", "continues", "continue", "not done"}

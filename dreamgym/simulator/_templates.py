@@ -50,7 +50,7 @@ from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour
 from dreamgym.core.state import diff_states, lean_diff
 from dreamgym.core.types import Action, Observation, Step, Task
 
-__all__ = ["VERSION", "TemplateConfig", "answer_text", "history_of", "initial_answer_text"]
+__all__ = ["VERSION", "TemplateConfig", "answer_pattern", "answer_text", "history_of", "initial_answer_text"]
 
 VERSION = "v1"
 """Version of the text this module renders; part of every template id."""
@@ -230,6 +230,28 @@ def answer_text(
     parts.append(f"<reward>{_number(reward)}</reward>")
     parts.append(f"<done>{'yes' if done else 'no'}</done>")
     return "\n".join(parts)
+
+
+def answer_pattern(config: TemplateConfig) -> str:
+    """A regular expression that every answer :func:`answer_text` writes for ``config`` matches in full.
+
+    For a server's structured output (vLLM's ``structured_outputs`` regex,
+    SGLang's ``regex``), so a served model answers in the template's form.
+    Kept to what those engines' regex grammars take (no lookarounds, no
+    backreferences): reasoning holds no ``<``, a page or diff line any text,
+    a reward a number as ``:g`` writes it. The parser stays as tolerant as
+    it is; the pattern only keeps a constrained model to the form.
+    """
+    parts = []
+    if config.reasoning:
+        parts.append(r"<think>[^<]*</think>\n")
+    if config.output == "diff":
+        parts.append(r"<diff>\n(?:[-+ ] [^\n]*\n)*</diff>\n")
+    else:
+        parts.append(r"<state>\n(?:[^\n]+\n)+</state>\n")
+    parts.append(r"(?:<error>[^\n]*</error>\n)?")
+    parts.append(r"<reward>-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+)?</reward>\n<done>(?:yes|no)</done>")
+    return "".join(parts)
 
 
 def initial_answer_text(observation: Observation) -> str:

@@ -22,7 +22,9 @@ from dreamgym.core import (
 )
 from dreamgym.simulator import (
     MAX_ANSWER_CHARS,
+    ServedModel,
     TemplateConfig,
+    answer_pattern,
     answer_text,
     history_of,
     initial_answer_text,
@@ -260,3 +262,52 @@ def test_a_garbled_diff_is_not_salvaged_into_an_unchanged_page_with_its_reward()
 def test_salvaging_parser_never_raises_anything_but_model_output_errors(text: str) -> None:
     with contextlib.suppress(ModelOutputError):
         parse_answer("<diff>\n" + text + "\n</diff><reward>0</reward><done>no</done>", CURRENT, salvage=True)
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=30).map(lambda t: " ".join(t.split()))
+
+
+@given(
+    reasoning=st.booleans(), output=st.sampled_from(["diff", "state"]), seed=st.integers(0, 7), typed=TEXT,
+    reward=st.sampled_from([0.0, 1.0, -1.0, 0.5, 1e-5, 2.25]), done=st.booleans(), error=TEXT,
+    thought=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="<"), max_size=60),
+)  # fmt: skip
+def test_every_answer_the_template_writes_matches_its_pattern(
+    reasoning: bool, output: str, seed: int, typed: str, reward: float, done: bool, error: str, thought: str
+) -> None:
+    """The pattern a server's structured output is held to admits every SFT target the template writes."""
+    import re
+
+    config = TemplateConfig(reasoning=reasoning, output=output)  # type: ignore[arg-type]
+    before, after = toy_form.page(seed), toy_form.page(seed, typed)
+    after = msgspec.structs.replace(after, last_action_error=error)
+    text = answer_text(config, observation=before, next_observation=after, reward=reward, done=done,
+                       reasoning=thought)  # fmt: skip
+    assert re.fullmatch(answer_pattern(config), text), text
+    parsed = parse_answer(text, before.state)  # and what it admits here, the parser reads
+    assert (parsed.reward, parsed.done) == (reward, done)
+
+
+def test_the_pattern_refuses_what_is_not_the_templates_form() -> None:
+    import re
+
+    pattern = answer_pattern(TemplateConfig())
+    assert re.fullmatch(pattern, "<diff>\n</diff>\n<reward>1</reward>\n<done>yes</done>")
+    for wrong in ("the page changes", "<diff>\n</diff>\n<reward>yes</reward>\n<done>yes</done>",
+                  "<state>\n[e1] generic\n</state>\n<reward>0</reward>\n<done>no</done>",
+                  "<diff>\nx\n</diff>\n<reward>0</reward>\n<done>no</done>"):  # fmt: skip
+        assert not re.fullmatch(pattern, wrong), wrong
+
+
+def test_a_served_model_passes_its_servers_structured_output_option() -> None:
+    pattern = answer_pattern(TemplateConfig())
+    served = {mode: ServedModel(model="m", url="http://127.0.0.1:1/v1", structured=mode).request_fields()
+              for mode in ("none", "vllm", "vllm-guided", "sglang")}  # fmt: skip
+    assert served == {
+        "none": {},
+        "vllm": {"structured_outputs": {"regex": pattern}},
+        "vllm-guided": {"guided_regex": pattern},
+        "sglang": {"regex": pattern},
+    }
+    with pytest.raises(ConfigError, match="structured must be one of"):
+        ServedModel(model="m", url="http://127.0.0.1:1/v1", structured="outlines")  # type: ignore[arg-type]

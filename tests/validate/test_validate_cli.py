@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from openai_server import ServerState, openai_server
 from validate_helpers import fill_store, open_store
 
 from dreamgym.bridge import BrowserPool
-from dreamgym.simulator import TemplateConfig
+from dreamgym.simulator import TemplateConfig, answer_pattern
 from dreamgym.validate import RUBRIC
 
 
@@ -118,6 +119,7 @@ def test_validate_a_served_experience_model_with_its_server_settings(tmp_path: P
     with openai_server(state) as (url, _):
         out = dreamgym("validate", "--store", str(held), "--model", "served-sim", "--sim-url", url,
                        "--sim-max-new-tokens", "200", "--sim-stop", "</done>", "--sim-timeout", "30", "--limit", "3",
+                       "--sim-structured", "vllm",
                        "--judge-url", url, "--judge-model", "judge", "--judge-max-new-tokens", "64",
                        "--judge-episodes", "1", "--out", str(tmp_path / "report")).stdout  # fmt: skip
     assert "one step on 3 real steps" in out
@@ -125,6 +127,9 @@ def test_validate_a_served_experience_model_with_its_server_settings(tmp_path: P
     assert data["one_step"]["model"]["n"] == 3 and data["template_id"] == TemplateConfig().template_id  # default
     asked = [r for r in state.requests if r.get("model") == "served-sim"]
     assert len(asked) == 3 and all(r["max_tokens"] == 200 and r["stop"] == ["</done>"] for r in asked)
+    pattern = answer_pattern(TemplateConfig())  # vLLM's structured output keeps the answer to the template's form
+    assert all(r["structured_outputs"] == {"regex": pattern} for r in asked)
+    assert re.fullmatch(pattern, reply({"model": "served-sim"}))  # what the scripted server answers is of it
     judged = [r for r in state.requests if r.get("model") == "judge"]
     assert len(judged) == 1 and judged[0]["max_tokens"] == 64
     assert data["judge"]["scores"] == dict.fromkeys(RUBRIC, 2.0)
