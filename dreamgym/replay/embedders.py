@@ -94,16 +94,24 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384-d, mean pooling), loaded from the installed package.
 
     Runs in a worker thread with ``torch_threads`` intra-op threads, so it
-    does not oversubscribe a small machine. Loads lazily on first use.
+    does not oversubscribe a small machine. Loads lazily on first use, on
+    ``device`` (``auto``: CUDA where torch sees a GPU, else the CPU; see
+    :mod:`dreamgym.core.devices`); the vectors come back to the CPU.
     """
 
     name = "all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self, *, batch_size: int = 32, max_length: int = 256, torch_threads: int | None = None) -> None:
+    def __init__(
+        self, *, batch_size: int = 32, max_length: int = 256, torch_threads: int | None = None, device: str = "auto"
+    ) -> None:
+        from dreamgym.core.devices import check_device
+
+        check_device(device, "MiniLMEmbedder.device")
         self.batch_size = batch_size
         self.max_length = max_length
         self.torch_threads = torch_threads
+        self.device = device
         self._model: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
@@ -141,10 +149,14 @@ class MiniLMEmbedder:
             torch.set_num_threads(self.torch_threads)
         path = self.model_dir()
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self._model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+        from dreamgym.core.devices import place_loaded
+
+        self._model = place_loaded(AutoModel.from_pretrained(path, local_files_only=True), self.device).eval()
 
     def embed_sync(self, texts: Sequence[str]) -> Vectors:
         import torch
+
+        from dreamgym.core.devices import model_device
 
         with self._lock:
             if self._model is None:
@@ -158,11 +170,12 @@ class MiniLMEmbedder:
                     max_length=self.max_length,
                     return_tensors="pt",
                 )
+                batch = batch.to(model_device(self._model))
                 with torch.inference_mode():
                     hidden = self._model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                chunks.append(pooled.numpy())
+                chunks.append(pooled.float().cpu().numpy())
         if not chunks:
             return np.zeros((0, self.dim), dtype=np.float32)
         return _normalise(np.concatenate(chunks))

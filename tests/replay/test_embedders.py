@@ -54,6 +54,10 @@ async def test_the_packaged_minilm_embeds_offline() -> None:
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert vectors[0] @ vectors[1] > 0.6 > vectors[0] @ vectors[2]
     assert (await embedder.embed([])).shape == (0, 384)
+    on_cpu = MiniLMEmbedder(device="cpu")  # a device named: the same vectors, back on the CPU as numpy
+    assert np.allclose(await on_cpu.embed(["Click the Submit button"]), vectors[:1], atol=1e-6)
+    with pytest.raises(ConfigError, match="MiniLMEmbedder.device"):
+        MiniLMEmbedder(device="gpu")
 
 
 async def test_openai_compatible_embeddings_over_real_http() -> None:
