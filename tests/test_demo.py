@@ -7,7 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from helpers import DEMO_PAGE_PROBE, OpenedPage, dreamgym, open_page
+from helpers import DEMO_PAGE_PROBE, OpenedPage, dreamgym, open_page, tensorboard_events
 from tiny_models import TASK
 
 from dreamgym.bridge import BrowserConfig, BrowserPool
@@ -30,7 +30,7 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
         "demo", "--out", str(out), "--tasks", TASK, "--sim-epochs", "1", "--warm-epochs", "1",
         "--train-seeds", "0-1", "--held-out-seeds", "1000-1001", "--group-size", "2", "--rollout-groups", "2",
         "--real-share", "0.5", "--max-steps", "3", "--embedder", "hashing-64", "--train-updates", "2",
-        "--train-groups-per-update", "2",
+        "--train-groups-per-update", "2", "--report-to", "tensorboard",
     )  # fmt: skip
     assert "success before training" in result.stdout and "simulator reward accuracy" in result.stdout
     assert "did it learn?" in result.stdout
@@ -57,6 +57,11 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     )
     assert report["seed_set"]["steps"] > 0
     assert report["seed_set"]["episodes"] == 6  # 2 seeds x (demonstrator + explorer + near miss)
+    # the trackers get the demo's own figures beside the trainer's: before and after, the simulator's fidelity
+    scalars = tensorboard_events(out / "train" / "runs")["scalars"]
+    assert scalars["eval/before/success_rate"][-1][1] == pytest.approx(report["before"]["success_rate"])
+    assert scalars["eval/after/success_rate"][-1][1] == pytest.approx(report["after"]["success_rate"])
+    assert "eval/fidelity/all_held-out_steps/model/similarity" in scalars and "train/loss" in scalars
     assert report["rollouts"]["real_groups"] == report["rollouts"]["synthetic_groups"] == 1
     assert report["rollouts"]["real_steps"] > 0 and report["synthetic_steps"] > 0
     for phase in ("before", "after"):
@@ -149,6 +154,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "sim_trust": (("--sim-trust", "0.8"), 0.8),
         "learning_rate": (("--learning-rate", "0.01"), 0.01),
         "seed": (("--seed", "4"), 4),
+        "report_to": (("--report-to", "tensorboard"), ("tensorboard",)),
     }
     fields = {item.name for item in dataclasses.fields(DemoSettings)} - {"embedder"}  # --embedder takes a name
     assert set(argv) == fields

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,8 @@ class TrainOutcome:
     """The trained weights; the second evaluation plays them."""
     metrics: Mapping[str, float] = field(default_factory=dict)
     """``train/...`` figures (steps, real and synthetic steps used, loss...)."""
+    report: Callable[[Mapping[str, Any]], None] | None = None
+    """Logs the demo's own figures as the trainer logs its own (:meth:`~dreamgym.trainer.Trainer.report`)."""
 
 
 def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWeights, dict[str, Any]]:
@@ -149,7 +152,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         sim_trust=settings.sim_trust,
         resample_flat=2,  # a group whose episodes all scored alike teaches nothing: play it again as other draws
         seed=settings.seed,
-        report_to=(),
+        report_to=settings.report_to,
         lora=None if settings.policy_model is None else LoraSettings(),  # the tiny policy trains every weight
     )
     stack = StackSettings(
@@ -189,7 +192,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         "train/rollout_seconds": state.rollout_seconds,
         **({"train/last_loss": float(losses[-1])} if losses else {}),
     }
-    return TrainOutcome(policy=trained, metrics=metrics)
+    return TrainOutcome(policy=trained, metrics=metrics, report=functools.partial(trainer.report, kind="demo"))
 
 
 def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:

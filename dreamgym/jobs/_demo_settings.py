@@ -95,6 +95,11 @@ class DemoSettings:
     """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""
     seed: int = 0
     """Seeds the policy's sampling and which rollout groups are real."""
+    report_to: tuple[str, ...] = ()
+    """Trackers the training phase logs to, as ``dreamgym train --report-to`` (``tensorboard``; ``trackio`` or
+    ``wandb`` where installed), under ``OUT/train``: TRL's figures, the trainer's, and the demo's own
+    evaluations before and after and its simulator's held-out fidelity (under ``eval/``). Empty: only
+    ``metrics.jsonl`` and the report."""
     embedder: Embedder | None = field(default=None, compare=False)
     """Embedder of the demo's store; ``None``: MiniLM when installed."""
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -169,6 +169,8 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         trained = phase("6 train", lambda: train_policy(settings, weights, sim_dir=sim_dir))
         after_weights = trained.policy if trained is not None else weights
         after = phase("7 evaluate after", lambda: anyio.run(_evaluate, settings, after_weights, "after"))
+        if trained is not None and trained.report is not None:
+            trained.report(_tracker_figures(before, after, fidelity))
     store = anyio.run(_store_steps, settings.store_dir)
     curve = anyio.run(_training_curve, settings) if trained is not None else ()
     report = DemoReport(
@@ -190,6 +192,23 @@ def run_demo(settings: DemoSettings) -> DemoReport:
     )
     write_report(report, settings.out)
     return report
+
+
+def _tracker_figures(
+    before: EvalResult, after: EvalResult, fidelity: Mapping[str, Mapping[str, FidelitySummary]]
+) -> dict[str, float]:
+    """The demo's own figures for the trainer's trackers: held-out success before and after training with their
+    95% intervals, and the simulator's held-out fidelity beside the baselines, by split (all under ``eval/``)."""
+    figures: dict[str, float] = {}
+    for label, result in (("before", before), ("after", after)):
+        low, high = result.interval
+        figures |= {f"eval/{label}/success_rate": result.success_rate, f"eval/{label}/success_ci95_low": low,
+                    f"eval/{label}/success_ci95_high": high, f"eval/{label}/episodes": result.episodes}  # fmt: skip
+    for split, rows in fidelity.items():
+        for name, summary in rows.items():
+            for metric in ("reward_accuracy", "done_accuracy", "similarity", "f1"):
+                figures[f"eval/fidelity/{split.replace(' ', '_')}/{name}/{metric}"] = getattr(summary, metric)
+    return figures
 
 
 def experience_model_dir(settings: DemoSettings) -> Path | None:

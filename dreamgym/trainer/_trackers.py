@@ -68,6 +68,8 @@ def close_writers(grpo: Any) -> None:
     """Close the TensorBoard writer that figures logged after training reopened (TRL closes its own at the end)."""
     from transformers.integrations.integration_utils import TensorBoardCallback
 
+    if grpo is None:
+        return
     for callback in grpo.callback_handler.callbacks:
         if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
             callback.tb_writer.close()

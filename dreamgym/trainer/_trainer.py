@@ -43,7 +43,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -717,6 +717,15 @@ class Trainer:
             return {}
         decisions = self._portal.snapshot().shadow_decisions
         return {f"sim_trust/{task}": round(self._trust_accuracy(d), 4) for task, d in sorted(decisions.items()) if d}
+
+    def report(self, metrics: Mapping[str, Any], *, kind: str = "job") -> None:
+        """Log a job's own figures (a demo's evaluations, its simulator's fidelity) as the trainer logs its own: a
+        line of ``metrics.jsonl`` and, once :meth:`train` has built TRL's trainer, every ``report_to`` backend, at
+        the last update. Names under ``eval/`` land under ``eval/`` in the trackers."""
+        self.config.output_dir.mkdir(parents=True, exist_ok=True)
+        self._log_metrics(dict(metrics), kind=kind)
+        if self._portal is None and self._main:  # after training: close what the figures reopened
+            close_writers(self.grpo)
 
     def _log_metrics(self, metrics: dict[str, Any], *, kind: str) -> None:
         """One line of ``metrics.jsonl`` (the counters, then ``metrics``); and, to every ``report_to`` backend,
