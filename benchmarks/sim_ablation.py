@@ -1,0 +1,120 @@
+"""Which of the faster build's three changes costs the offline default's fidelity: one change at a time.
+
+    python benchmarks/sim_ablation.py [--out DIR] [--variants a,b,...] [--commit-results]
+
+``benchmarks/sim_build.py`` builds the default's recipe ("before": TRL's
+``SFTTrainer``, random batches, the template with its system message) and a
+faster candidate (dreamgym's plain loop, length-grouped batches, no system
+message) and finds the candidate 3.5 times faster but worse on the held-out
+steps. This script trains the recipes between them on the same data (the
+examples ``sim_build.py`` built and cached in ``--out``) and scores every one
+on the same held-out real steps, one step teacher-forced, with today's parser
+and rules, beside the two baselines, on all steps and on steps where the real
+page changed. A model already trained in ``--out`` by this script is scored
+again, not retrained (its weights are the recipe's; scoring takes a minute
+with the call cache).
+
+It reports fidelity and the training loss only: its trainings may share the
+machine with other work, so their times are not figures (``sim_build.py``'s
+profile measures the loops' speed, alone). The training loss is not
+comparable across loops either: TRL reports the mean of its steps' losses,
+the plain loop the mean over answer tokens.
+
+Variants (loop, batches, template):
+
+- ``trl-random-system``: the default's recipe;
+- ``plain-random-system``: the loop alone changed;
+- ``plain-grouped-system``: the loop and the batches;
+- ``plain-random-bare``: the loop and the template;
+- ``plain-grouped-bare``: all three, the candidate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import pickle
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from learning_curve import _commit
+from sim_build import _fidelity, candidate_template
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
+VARIANTS = {
+    "trl-random-system": ("trl", False, "system"),
+    "plain-random-system": ("plain", False, "system"),
+    "plain-grouped-system": ("plain", True, "system"),
+    "plain-random-bare": ("plain", False, "bare"),
+    "plain-grouped-bare": ("plain", True, "bare"),
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "sim_build")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/sim_ablation.json")
+    args = parser.parse_args()
+    chosen = [name.strip() for name in args.variants.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose among {list(VARIANTS)}")
+    cached = args.out / "examples.pickle"
+    if not cached.exists():
+        parser.error(f"no examples at {cached}: run benchmarks/sim_build.py --profile-only --out {args.out} first")
+    examples, _ = pickle.loads(cached.read_bytes())
+    results: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "command": "python " + shlex.join(["benchmarks/sim_ablation.py", *sys.argv[1:]]),
+        "note": "fidelity and training loss only: the trainings shared the machine, so no timings",
+        "variants": {},
+    }
+    for name in chosen:
+        model, row = _train(args.out, name, examples)
+        table = anyio.run(_fidelity, args.out, {"after": model})
+        row["fidelity"] = {split: rows["after"] for split, rows in table.items()}
+        row["baselines"] = {split: {k: v for k, v in rows.items() if k != "after"} for split, rows in table.items()}
+        results["variants"][name] = row
+        figures = {split: {k: row["fidelity"][split][k] for k in ("reward_accuracy", "done_accuracy", "similarity",
+                   "f1", "failures")} for split in row["fidelity"]}  # fmt: skip
+        print(json.dumps({"variant": name, "train_loss": row["train_loss"], **figures}), flush=True)
+    if args.commit_results:
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        print(f"wrote {RESULTS}", file=sys.stderr)
+    return 0
+
+
+def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, dict[str, Any]]:
+    """The variant's model directory (trained here unless this script trained it before) and its figures."""
+    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING
+    from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
+
+    loop, grouped, template_kind = VARIANTS[name]
+    config = dataclasses.replace(DEFAULT_TRAINING, loop=loop, group_by_length=grouped)
+    template = DEFAULT_TEMPLATE if template_kind == "system" else candidate_template()
+    target = out / f"model-{name}"
+    wanted = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    if read_metadata(target).get("config") != wanted:
+        which = "before" if template_kind == "system" else "after"  # sim_build.py's examples of each template
+        train_experience_model(examples[which], target, config, template=template)
+    meta = read_metadata(target)
+    return target, {
+        "loop": loop,
+        "grouped": grouped,
+        "template": template.template_id,
+        "digest": weights_digest(target),
+        "train_loss": meta.get("train_loss"),
+        "examples": meta.get("examples"),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
