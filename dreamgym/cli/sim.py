@@ -166,7 +166,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.core.errors import UsageError
-    from dreamgym.core.models import resolve_model
+    from dreamgym.core.models import is_hub_id, resolve_model
     from dreamgym.jobs.sim_default import default_model_dir, default_store_dir, ensure_held_out
     from dreamgym.simulator import load_experience_model, one_step_fidelity, read_metadata
 
@@ -179,7 +179,13 @@ def _run_eval(args: argparse.Namespace) -> int:
     defaults = args.model == "default" and args.store is None
     if args.steps is None and not defaults:
         raise UsageError("give --steps STORE, the real steps to predict (only the offline default has its own)")
-    model_dir = default_model_dir() if args.model == "default" else resolve_model(args.model, what="--model")
+    local = Path(args.model).expanduser()
+    if args.model == "default":
+        model_dir = default_model_dir()
+    elif local.exists() or not is_hub_id(args.model):  # a path: a missing one is a usage error below
+        model_dir = local
+    else:
+        model_dir = resolve_model(args.model, what="--model")
     if not model_dir.is_dir():
         raise UsageError(f"--model {args.model}: no model directory at {model_dir}")
     if args.store is None and args.model != "default":
