@@ -20,13 +20,19 @@ profile measures the loops' speed, alone). The training loss is not
 comparable across loops either: TRL reports the mean of its steps' losses,
 the plain loop the mean over answer tokens.
 
-Variants (loop, batches, template):
+Variants (loop, batches, template, epochs):
 
-- ``trl-random-system``: the default's recipe;
+- ``trl-random-system``: the default's recipe (2 epochs);
 - ``plain-random-system``: the loop alone changed;
 - ``plain-grouped-system``: the loop and the batches;
 - ``plain-random-bare``: the loop and the template;
-- ``plain-grouped-bare``: all three, the candidate.
+- ``plain-grouped-bare``: all three, the candidate of ``d95e0fe``;
+- ``plain-random-bare-e1``, ``plain-random-bare-e1.5``: the loop and the
+  template, one and one and a half epochs (the learning-rate schedule spans
+  the shorter run).
+
+``--commit-results`` adds the variants run to ``benchmarks/results/sim_ablation.json``
+(each with its own date, commit and command), keeping the others there.
 """
 
 from __future__ import annotations
@@ -48,11 +54,13 @@ from sim_build import _fidelity, candidate_template
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
 VARIANTS = {
-    "trl-random-system": ("trl", False, "system"),
-    "plain-random-system": ("plain", False, "system"),
-    "plain-grouped-system": ("plain", True, "system"),
-    "plain-random-bare": ("plain", False, "bare"),
-    "plain-grouped-bare": ("plain", True, "bare"),
+    "trl-random-system": ("trl", False, "system", 2.0),
+    "plain-random-system": ("plain", False, "system", 2.0),
+    "plain-grouped-system": ("plain", True, "system", 2.0),
+    "plain-random-bare": ("plain", False, "bare", 2.0),
+    "plain-grouped-bare": ("plain", True, "bare", 2.0),
+    "plain-random-bare-e1": ("plain", False, "bare", 1.0),
+    "plain-random-bare-e1.5": ("plain", False, "bare", 1.5),
 }
 
 
@@ -70,19 +78,24 @@ def main() -> int:
     if not cached.exists():
         parser.error(f"no examples at {cached}: run benchmarks/sim_build.py --profile-only --out {args.out} first")
     examples, _ = pickle.loads(cached.read_bytes())
-    results: dict[str, Any] = {
+    run = {
         "date": datetime.date.today().isoformat(),
         "commit": _commit(),
         "command": "python " + shlex.join(["benchmarks/sim_ablation.py", *sys.argv[1:]]),
-        "note": "fidelity and training loss only: the trainings shared the machine, so no timings",
-        "variants": {},
     }
+    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results["note"] = "fidelity and training loss only: the trainings may share the machine, so no timings"
+    variants = results.setdefault("variants", {})
+    for row in variants.values():  # variants committed before runs were recorded per variant
+        row.setdefault("run", {k: results[k] for k in ("date", "commit", "command") if k in results})
+    for key in ("date", "commit", "command"):
+        results.pop(key, None)
     for name in chosen:
         model, row = _train(args.out, name, examples)
         table = anyio.run(_fidelity, args.out, {"after": model})
         row["fidelity"] = {split: rows["after"] for split, rows in table.items()}
         row["baselines"] = {split: {k: v for k, v in rows.items() if k != "after"} for split, rows in table.items()}
-        results["variants"][name] = row
+        variants[name] = {**row, "run": run}
         figures = {split: {k: row["fidelity"][split][k] for k in ("reward_accuracy", "done_accuracy", "similarity",
                    "f1", "failures")} for split in row["fidelity"]}  # fmt: skip
         print(json.dumps({"variant": name, "train_loss": row["train_loss"], **figures}), flush=True)
@@ -97,8 +110,8 @@ def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, 
     from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING
     from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
 
-    loop, grouped, template_kind = VARIANTS[name]
-    config = dataclasses.replace(DEFAULT_TRAINING, loop=loop, group_by_length=grouped)
+    loop, grouped, template_kind, epochs = VARIANTS[name]
+    config = dataclasses.replace(DEFAULT_TRAINING, loop=loop, group_by_length=grouped, epochs=epochs)
     template = DEFAULT_TEMPLATE if template_kind == "system" else candidate_template()
     target = out / f"model-{name}"
     wanted = json.loads(json.dumps(dataclasses.asdict(config), default=str))
@@ -109,6 +122,7 @@ def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, 
     return target, {
         "loop": loop,
         "grouped": grouped,
+        "epochs": epochs,
         "template": template.template_id,
         "digest": weights_digest(target),
         "train_loss": meta.get("train_loss"),

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from helpers import dreamgym, make_step
+from openai_server import ServerState, openai_server
 
 from dreamgym.core import Episode, Task
 from dreamgym.core.types import decode_record
@@ -123,6 +124,20 @@ def test_bad_run_arguments_are_one_line_exit_2_and_open_nothing(tmp_path: Path) 
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("dreamgym: error: --") and says in lines[0], lines
             assert not store.exists()  # checked before anything was opened
+
+
+def test_rollout_on_a_served_experience_model(tmp_path: Path) -> None:
+    """``rollout --sim-url``: synthetic episodes predicted by a real OpenAI-compatible server on 127.0.0.1."""
+    store = tmp_path / "store"
+    dreamgym("collect", "--store", str(store), "--tasks", "click-test", "--seeds", "0", "--embedder", "hashing-64")
+    state = ServerState(chat_reply=lambda body: "<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>")
+    with openai_server(state) as (url, _):
+        out = dreamgym("rollout", "--store", str(store), "--tasks", "click-test", "--seeds", "0", "--policy", "random",
+                       "--max-steps", "2", "--sim-url", url, "--sim-model", "served-sim", "--sim-structured",
+                       "vllm").stdout  # fmt: skip
+    assert "synthetic: 0/1 episodes succeeded, 2 steps" in out
+    asked = [r for r in state.requests if r.get("model") == "served-sim"]
+    assert len(asked) == 2 and all("structured_outputs" in r for r in asked)
 
 
 def test_a_served_experience_model_needs_its_name_and_cannot_be_refit(tmp_path: Path) -> None:

@@ -176,6 +176,51 @@ def add_site_argument(parser: argparse.ArgumentParser, *, episodes: bool = True)
     parser.add_argument("--answer-judge-model", default=None, metavar="NAME", help="the answer judge's model name")
 
 
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--workers N`` and ``--ray-address``: real episodes in Ray actors (read back by :func:`worker_config`)."""
+    group = parser.add_argument_group("rollout workers (Ray)")
+    group.add_argument("--workers", type=int, default=0, metavar="N",
+                       help="run real episodes in N Ray actors, each with its own Chromium (default 0: in this "
+                            "process); the policy and the store stay here")  # fmt: skip
+    group.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="a running Ray cluster ('auto', 'ray://HOST:10001'); default: a local Ray for the run",
+    )
+    group.add_argument(
+        "--worker-cpus",
+        type=float,
+        default=0.5,
+        metavar="CPUS",
+        help="CPUs each worker reserves from Ray (fractions allowed; its browsers are not counted)",
+    )
+
+
+def worker_config(args: argparse.Namespace) -> Any:
+    """The :class:`~dreamgym.runtime.WorkerConfig` of ``--workers``, or ``None`` for in-process episodes.
+
+    Raises:
+        UsageError: A bad count, an address without workers, or Ray not installed.
+    """
+    import importlib.util
+
+    from dreamgym.core.errors import UsageError
+
+    workers, address = getattr(args, "workers", 0), getattr(args, "ray_address", None)
+    if workers < 0 or args.worker_cpus <= 0:
+        raise UsageError(f"--workers must be >= 0 and --worker-cpus above 0, got {workers} and {args.worker_cpus}")
+    if not workers:
+        if address:
+            raise UsageError("--ray-address runs real episodes on a Ray cluster: give --workers N as well")
+        return None
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError("--workers runs real episodes in Ray actors: pip install 'dreamgym[ray]'")
+    from dreamgym.runtime import WorkerConfig
+
+    return WorkerConfig(workers=workers, address=address, cpus=args.worker_cpus)
+
+
 def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
     """A :class:`~dreamgym.bridge.WebArenaSite` for ``--site``, the answer judge and the reset command,
     if any task is a WebArena-format config (``[]`` otherwise).

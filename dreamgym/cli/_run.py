@@ -12,10 +12,12 @@ from typing import Any
 from dreamgym.cli._common import (
     RUN_TASKS_HELP,
     add_site_argument,
+    add_worker_arguments,
     embedder_named,
     experience_model_source,
     parse_seeds,
     run_tasks,
+    worker_config,
 )
 
 __all__ = [
@@ -52,6 +54,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=2, help="real episodes (browser contexts) at once")
     parser.add_argument("--embedder", default=None, help="embedder of a new store (default: MiniLM when installed)")
+    add_worker_arguments(parser)
 
 
 def check_run_arguments(args: argparse.Namespace) -> list[Any]:
@@ -63,6 +66,7 @@ def check_run_arguments(args: argparse.Namespace) -> list[Any]:
     from dreamgym.core.errors import UsageError
 
     parse_seeds(args.seeds)
+    worker_config(args)
     tasks, _ = run_tasks(args)
     if getattr(args, "policy", None) == "chat":
         if not args.policy_model:
@@ -123,6 +127,7 @@ def open_run(
         embedder=embedder_named(args.embedder),
         sites=tuple(sites),
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency),
+        workers=worker_config(args),
     )
     return open_runtime(settings, lambda limiter: run_policy(args, limiter))
 

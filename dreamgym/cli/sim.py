@@ -12,7 +12,9 @@ from typing import Any
 from dreamgym.cli._common import (
     RUN_TASKS_HELP,
     add_served_arguments,
+    add_served_sim_arguments,
     add_site_argument,
+    experience_model_source,
     hold_outs,
     open_store,
     parse_tasks,
@@ -71,9 +73,12 @@ def add_sim_commands(commands: Any) -> None:
                                "default's, whose held-out seeds it then uses)")  # fmt: skip
     evaluate.add_argument("--held-out", action="append", default=[], metavar="TASK[:SEED]",
                           help="also keep a (task, seed) out of retrieval, as in validate; repeatable")  # fmt: skip
-    evaluate.add_argument("--model", default="default", help="local model directory, or 'default'")
+    evaluate.add_argument("--model", default="default",
+                          help="local model directory, a Hugging Face id, or 'default' (with --sim-url: the served "
+                               "model's name)")  # fmt: skip
     evaluate.add_argument("--limit", type=int, default=0, help="evaluate at most this many steps (0: all)")
     evaluate.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    add_served_sim_arguments(evaluate, "--model")
     add_config_file_option(evaluate)
     evaluate.set_defaults(run=_run_eval)
 
@@ -166,8 +171,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     import anyio
 
     from dreamgym.core.errors import UsageError
-    from dreamgym.core.models import is_hub_id, resolve_model
-    from dreamgym.jobs.sim_default import default_model_dir, default_store_dir, ensure_held_out
+    from dreamgym.jobs.sim_default import default_store_dir, ensure_held_out
     from dreamgym.simulator import load_experience_model, one_step_fidelity, read_metadata
 
     for value in args.held_out:
@@ -176,26 +180,21 @@ def _run_eval(args: argparse.Namespace) -> int:
                 f"--held-out {value}: give TASK[:SEED] pairs here; the store of steps to predict is --steps"
             )
     chosen = hold_outs(args.held_out)
-    defaults = args.model == "default" and args.store is None
+    defaults = args.model == "default" and args.store is None and not args.sim_url
     if args.steps is None and not defaults:
         raise UsageError("give --steps STORE, the real steps to predict (only the offline default has its own)")
-    local = Path(args.model).expanduser()
-    if args.model == "default":
-        model_dir = default_model_dir()
-    elif local.exists() or not is_hub_id(args.model):  # a path: a missing one is a usage error below
-        model_dir = local
-    else:
-        model_dir = resolve_model(args.model, what="--model")
-    if not model_dir.is_dir():
-        raise UsageError(f"--model {args.model}: no model directory at {model_dir}")
-    if args.store is None and args.model != "default":
+    source = experience_model_source(args, args.model, "--model")  # a served model with --sim-url
+    if isinstance(source, Path) and not source.is_dir():
+        raise UsageError(f"--model {args.model}: no model directory at {source}")
+    if args.store is None and not defaults:
         raise UsageError("give the STORE the simulator retrieves from (only the offline default has its own)")
     args.store = args.store or default_store_dir()
     if args.steps is None:
         args.steps = anyio.run(ensure_held_out)
         print(f"predicting the offline default's held-out steps ({args.steps})", file=sys.stderr)
-    meta = read_metadata(model_dir)
+    meta = read_metadata(source) if isinstance(source, Path) else {}
     held_out = [*chosen, *((task, seed) for task, seed in meta.get("held_out", []))]
+    shown = source.name if isinstance(source, Path) else f"{source.model} at {source.url}"
 
     async def go() -> dict[str, Any]:
         async with AsyncExitStack() as stack:
@@ -208,7 +207,7 @@ def _run_eval(args: argparse.Namespace) -> int:
             if args.limit:
                 keep = {s.episode_id for s in steps[: args.limit]}
                 steps = [s for s in steps if s.episode_id in keep]
-            model = load_experience_model(model_dir)
+            model = load_experience_model(source)
             k = model.config.template.neighbours
             return await one_step_fidelity(model, steps, store=store, neighbours=k, exclude_task_seeds=held_out)
 
@@ -220,7 +219,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"one-step fidelity on {args.steps} (model {model_dir.name})")
+    table = Table(title=f"one-step fidelity on {args.steps} (model {shown})")
     columns = ("reward_accuracy", "done_accuracy", "exact_match", "similarity", "f1", "hallucination_rate")
     for column in ("", "n", *columns, "failures", "salvaged", "s/step"):
         table.add_column(column)

@@ -13,11 +13,13 @@ from dreamgym.cli._common import (
     RUN_TASKS_HELP,
     add_served_sim_arguments,
     add_site_argument,
+    add_worker_arguments,
     experience_model_source,
     parse_seeds,
     parse_tasks,
     run_tasks,
     webarena_sites,
+    worker_config,
 )
 
 __all__ = ["add_train_command", "train_config"]
@@ -46,6 +48,7 @@ def add_train_command(commands: Any, *, config_flags: bool = True) -> None:
                        help="held-out tasks, in --tasks' grammar (default: --tasks on --eval-seeds); tasks without "
                             "seeds (webarena:) are held out by task id, so these must be other tasks")  # fmt: skip
     add_site_argument(train)
+    add_worker_arguments(train)
     train.add_argument("--train-seeds", default="0-23", help="seeds groups start from, e.g. '0-23'")
     train.add_argument("--eval-seeds", default="1000-1004", help="held-out seeds ('' for no evaluation)")
     train.add_argument("--max-steps", type=int, default=6, help="step limit of an episode")
@@ -121,6 +124,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.trainer import Trainer, sft_refit
 
     tasks, seeded = run_tasks(args)
+    workers = worker_config(args)
     train_seeds = parse_seeds(args.train_seeds)
     eval_seeds = parse_seeds(args.eval_seeds) if args.eval_seeds.strip() else []
     eval_tasks = tasks
@@ -178,6 +182,7 @@ def _run_train(args: argparse.Namespace) -> int:
         refit=refit,
         curriculum_backend=curriculum,
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=1 if args.reset_command else 2),
+        workers=workers,
     )
     trainer = Trainer(
         config,

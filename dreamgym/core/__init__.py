@@ -38,6 +38,7 @@ from dreamgym.core.errors import (
     StoreLockedError,
     StorePathError,
     UsageError,
+    WorkerLostError,
 )
 from dreamgym.core.protocols import (
     ChatMessage,
@@ -140,6 +141,7 @@ __all__ = [
     "TextBackend",
     "ThreadBatcher",
     "UsageError",
+    "WorkerLostError",
     "action_error",
     "apply_diff",
     "candidate_actions",

@@ -44,6 +44,7 @@ __all__ = [
     "StoreFullError",
     "StoreLockedError",
     "UsageError",
+    "WorkerLostError",
 ]
 
 
@@ -97,6 +98,11 @@ class ModelOutputError(BackendError):
     The experience model retries such answers; when the retries run out the
     simulated step ends the episode as truncated with reason ``model_output``.
     """
+
+
+class WorkerLostError(BackendError):
+    """A rollout worker (a Ray actor hosting real environments) died mid-episode; the runtime ends the
+    episode as truncated, ``worker_lost``, and the worker is replaced."""
 
 
 class StoreError(DreamgymError):

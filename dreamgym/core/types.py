@@ -234,13 +234,15 @@ class Step(Record, tag="step", frozen=True):
 
 
 INFRASTRUCTURE_CUTS = frozenset(
-    {"deadline", "error", "cancelled", "page_crashed", "browser_crashed", "model_output", "backend", "store"}
-)
+    {"deadline", "error", "cancelled", "page_crashed", "browser_crashed", "worker_lost", "model_output", "backend",
+     "store"}
+)  # fmt: skip
 """Truncation reasons that say the infrastructure ended an episode, not the policy: the
-deadline, an exception (``Episode.error``), cancellation, a crashed page or browser, an
-experience model whose answer was unusable or whose backend failed, a store that did not
-take the records. Such an episode says nothing about the policy: its outcome is ``None``.
-The step limit (``step_limit``) is the policy's own doing and scores 0."""
+deadline, an exception (``Episode.error``), cancellation, a crashed page or browser, a rollout
+worker that died (``dreamgym.runtime.RayWorkers``), an experience model whose answer was
+unusable or whose backend failed, a store that did not take the records. Such an episode
+says nothing about the policy: its outcome is ``None``. The step limit (``step_limit``) is
+the policy's own doing and scores 0."""
 
 
 class Episode(Record, tag="episode", frozen=True):

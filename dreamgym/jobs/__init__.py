@@ -3,7 +3,8 @@
 - ``StackSettings`` / ``open_stack``: the store, the sites (MiniWoB++, a
   user's own, WebArena configs), the browsers and the simulator of a run, as
   :class:`~dreamgym.runtime.Sides`; ``open_runtime`` puts a runtime over them
-  and ``stack_sides`` hands them to the trainer.
+  and ``stack_sides`` hands them to the trainer; ``open_browser_envs``: the
+  real side alone (what a Ray rollout worker opens).
 - ``mixed_groups``: groups over tasks and seeds with a share of them real;
   ``held_out``: the (task, seed) pairs a run must never retrieve or refit on;
   ``collected``: the groups a store does not hold yet (re-runs add nothing twice).
@@ -14,6 +15,7 @@ from dreamgym.jobs._stack import (
     PolicyFactory,
     StackSettings,
     grounded_simulator,
+    open_browser_envs,
     open_runtime,
     open_stack,
     stack_sides,
@@ -26,6 +28,7 @@ __all__ = [
     "grounded_simulator",
     "held_out",
     "mixed_groups",
+    "open_browser_envs",
     "open_runtime",
     "open_stack",
     "stack_sides",

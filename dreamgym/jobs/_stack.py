@@ -26,15 +26,23 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from dreamgym.core.protocols import Embedder, ExperienceModel, Policy, ReplayStore, TextBackend
-from dreamgym.runtime import ModelSlot, OpenSides, Refit, ResetHook, Runtime, RuntimeConfig, Sides
+from dreamgym.core.protocols import Embedder, Environment, ExperienceModel, Policy, ReplayStore, TextBackend
+from dreamgym.runtime import ModelSlot, OpenSides, Refit, ResetHook, Runtime, RuntimeConfig, Sides, WorkerConfig
 
 if TYPE_CHECKING:
     from dreamgym.bridge import Site
     from dreamgym.replay import StoreConfig
     from dreamgym.simulator import ServedModel, SimulatedEnv
 
-__all__ = ["PolicyFactory", "StackSettings", "grounded_simulator", "open_runtime", "open_stack", "stack_sides"]
+__all__ = [
+    "PolicyFactory",
+    "StackSettings",
+    "grounded_simulator",
+    "open_browser_envs",
+    "open_runtime",
+    "open_stack",
+    "stack_sides",
+]
 
 PolicyFactory = Callable[[anyio.CapacityLimiter], Policy]
 """Makes the runtime's policy, given the limiter that in-process torch work shares."""
@@ -63,7 +71,10 @@ class StackSettings:
     sites: tuple[Site, ...] = ()
     """Sites beside MiniWoB++'s, for tasks of other benchmarks."""
     browsers: int = 1
-    """Chromium processes."""
+    """Chromium processes (each worker's, with ``workers``)."""
+    workers: WorkerConfig | None = None
+    """Run the real episodes in Ray actors, each with its own browsers (:class:`~dreamgym.runtime.RayWorkers`);
+    ``None`` runs them in this process. The store and the policy stay here either way."""
     runtime: RuntimeConfig | None = None
     embedder: Embedder | None = None
     """The store's embedder (``None``: the default)."""
@@ -85,7 +96,6 @@ async def open_stack(settings: StackSettings, limiter: anyio.CapacityLimiter) ->
     Raises:
         ConfigError: A refit was asked of a served experience model.
     """
-    from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
     from dreamgym.core.errors import ConfigError
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import load_experience_model
@@ -94,9 +104,7 @@ async def open_stack(settings: StackSettings, limiter: anyio.CapacityLimiter) ->
         raise ConfigError(
             "refits change the experience model's weights: they need a local model directory, not a served model"
         )
-    site = MiniWobSite()
     async with AsyncExitStack() as stack:
-        stack.callback(site.close)
         if settings.curriculum_backend is not None and hasattr(settings.curriculum_backend, "aclose"):
             stack.push_async_callback(settings.curriculum_backend.aclose)
         store = await stack.enter_async_context(
@@ -107,12 +115,18 @@ async def open_stack(settings: StackSettings, limiter: anyio.CapacityLimiter) ->
             eval_store = await stack.enter_async_context(
                 LmdbReplayStore(settings.eval_store, embedder=settings.eval_embedder or settings.embedder)
             )
-        pool = await stack.enter_async_context(BrowserPool(BrowserConfig(processes=settings.browsers)))
+        real_envs = functools.partial(open_browser_envs, settings.sites, settings.browsers)
+        if settings.workers is not None:
+            from dreamgym.runtime import RayWorkers
+
+            workers = await stack.enter_async_context(RayWorkers(real_envs, settings.workers))
+            real_env: Callable[[], Environment] = workers.env
+        else:
+            real_env = await stack.enter_async_context(real_envs())
         runtime = settings.runtime or RuntimeConfig()
-        sites = [site, *settings.sites]
         sides = Sides(
             store=store,
-            real_env=lambda: BrowserEnv(pool, sites=sites),
+            real_env=real_env,
             eval_store=eval_store,
             runtime_config=runtime,
             curriculum_backend=settings.curriculum_backend,
@@ -126,6 +140,22 @@ async def open_stack(settings: StackSettings, limiter: anyio.CapacityLimiter) ->
                 exclude_task_seeds=settings.exclude_task_seeds,
             )  # fmt: skip
         yield sides
+
+
+@asynccontextmanager
+async def open_browser_envs(sites: Sequence[Site] = (), browsers: int = 1) -> AsyncIterator[Callable[[], Environment]]:
+    """Open MiniWoB++'s site, ``browsers`` Chromium processes and ``sites``; yield a factory of real environments
+    on them (MiniWoB++ tasks, the tasks of ``sites`` by benchmark, generic tasks). A Ray worker opens its own
+    through this (:class:`~dreamgym.runtime.RayWorkers`), so ``sites`` must pickle there."""
+    from dreamgym.bridge import BrowserConfig, BrowserEnv, BrowserPool, MiniWobSite
+
+    site = MiniWobSite()
+    try:
+        async with BrowserPool(BrowserConfig(processes=browsers)) as pool:
+            everywhere = [site, *sites]
+            yield lambda: BrowserEnv(pool, sites=everywhere)
+    finally:
+        site.close()
 
 
 def stack_sides(settings: StackSettings) -> OpenSides:

@@ -18,9 +18,37 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from usearch.index import Index
+
+
+def _load_ray_runtime_first() -> None:
+    """Load Ray's native library, where Ray is installed, before usearch's.
+
+    usearch's extension exports the C++ standard library it links statically;
+    a Ray started after it aborts the process in its first regular expression
+    (``std::regex_error``, "Invalid range in brace expression"). Loading Ray's
+    library first (about 20 ms, nothing of Ray's Python is imported) avoids it,
+    so rollout workers (``dreamgym.runtime.RayWorkers``) start in a process that
+    opened a store.
+    """
+    import ctypes
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("ray")
+        if spec is None or spec.origin is None:
+            return
+        folder = Path(spec.origin).parent
+        for library in folder.glob("_raylet*.so"):
+            ctypes.CDLL(str(library))
+            return
+    except (ImportError, OSError, ValueError) as exc:
+        log.debug("could not preload Ray's library: %s", exc)
+
 
 log = logging.getLogger(__name__)
+_load_ray_runtime_first()
+
+from usearch.index import Index  # noqa: E402  (after Ray's library: see _load_ray_runtime_first)
 
 INDEX_FILE = "index.usearch"
 META_FILE = "index.json"

@@ -10,6 +10,8 @@
 - ``run_episode``: one episode, for scripts and tests.
 - ``Sides``: what a run plays on (store, environment factories, the
   experience model's ``ModelSlot``), opened by a job (``dreamgym.jobs.open_stack``).
+- ``RayWorkers``: real episodes in Ray actors that own their browsers
+  (``RemoteEnv``), the policy and the store's writer staying here.
 """
 
 from dreamgym.runtime._config import RuntimeConfig
@@ -21,15 +23,19 @@ from dreamgym.runtime._runtime import Runtime
 from dreamgym.runtime._sides import ModelSlot, OpenSides, Refit, Sides
 from dreamgym.runtime._sources import RatioSource, RuleSource, ScheduledSource, SourceChooser
 from dreamgym.runtime._stats import RuntimeSnapshot, RuntimeStats
+from dreamgym.runtime._workers import OpenEnvs, RayWorkers, RemoteEnv, WorkerConfig
 
 __all__ = [
     "Branch",
     "GroupResult",
     "GroupSpec",
     "ModelSlot",
+    "OpenEnvs",
     "OpenSides",
     "RatioSource",
+    "RayWorkers",
     "Refit",
+    "RemoteEnv",
     "ResetHook",
     "Rollout",
     "RuleSource",
@@ -42,5 +48,6 @@ __all__ = [
     "Sides",
     "SourceChooser",
     "SyntheticEnvironment",
+    "WorkerConfig",
     "run_episode",
 ]

@@ -37,7 +37,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
-from dreamgym.core.errors import BackendError, ConfigError, StoreError
+from dreamgym.core.errors import BackendError, ConfigError, StoreError, WorkerLostError
 from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import Environment, Policy, ReplayStore
 from dreamgym.core.types import Action, Observation, Source, Step, observation_hash
@@ -91,7 +91,10 @@ class _Outcome:
 
 
 def _cut_of(exc: Exception) -> str:
-    """The truncation reason an exception stands for: a model backend, the store, or any other error."""
+    """The truncation reason an exception stands for: a lost rollout worker, a model backend, the store, or
+    any other error."""
+    if isinstance(exc, WorkerLostError):
+        return "worker_lost"
     if isinstance(exc, BackendError):
         return "backend"
     if isinstance(exc, StoreError):

@@ -9,6 +9,7 @@ import anyio
 import pytest
 import toy_form
 from helpers import dreamgym
+from openai_server import ServerState, openai_server
 from sim_helpers import fill_toy_store, open_store
 
 from dreamgym.simulator import read_metadata
@@ -69,6 +70,24 @@ def _eval_takes_its_steps_only_from_what_it_is_given(tmp_path: Path, train: Path
         result = dreamgym("sim", "eval", *argv, check=False)
         assert result.returncode == 2, (argv, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and says in result.stderr, result.stderr
+
+
+def test_sim_eval_of_a_served_experience_model(tmp_path: Path) -> None:
+    """``sim eval --sim-url``: the experience model answers from a real OpenAI-compatible server on 127.0.0.1."""
+    train, held = make_stores(tmp_path)
+    state = ServerState(chat_reply=lambda body: "<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>")
+    with openai_server(state) as (url, _):
+        out = dreamgym("sim", "eval", str(train), "--steps", str(held), "--model", "served-sim", "--sim-url", url,
+                       "--sim-max-new-tokens", "100", "--sim-structured", "sglang", "--json").stdout  # fmt: skip
+    lines = out.splitlines()
+    rows = {row["name"]: row for row in map(json.loads, lines)}
+    assert rows["model"]["n"] == 8 and rows["model"]["failures"] == 0
+    # it answered "unchanged, reward 0, not done" to every step: the unchanged baseline's figures exactly
+    assert rows["model"]["exact_match"] == rows["unchanged"]["exact_match"] == 1.0
+    asked = [r for r in state.requests if r.get("model") == "served-sim"]
+    assert len(asked) == 8 and all(r["max_tokens"] == 100 and "regex" in r for r in asked)
+    result = dreamgym("sim", "eval", str(train), "--steps", str(held), "--sim-url", url, check=False)
+    assert result.returncode == 2 and "--sim-url needs --model NAME" in result.stderr
 
 
 def test_sim_train_refuses_a_missing_base(tmp_path: Path) -> None:
