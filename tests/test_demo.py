@@ -28,7 +28,8 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     out = tmp_path / "demo"
     result = dreamgym(
         "demo", "--out", str(out), "--tasks", TASK, "--sim-epochs", "1", "--warm-epochs", "1",
-        "--train-seeds", "0-1", "--held-out-seeds", "1000-1001", "--group-size", "2", "--rollout-groups", "2",
+        "--train-seeds", "0-1", "--held-out-seeds", "1000-1001", "--demonstration-seeds", "2-3", "--group-size", "2",
+        "--rollout-groups", "2",
         "--real-share", "0.5", "--max-steps", "3", "--embedder", "hashing-64", "--train-updates", "2",
         "--train-groups-per-update", "2", "--report-to", "tensorboard",
     )  # fmt: skip
@@ -57,6 +58,9 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     )
     assert report["seed_set"]["steps"] > 0
     assert report["seed_set"]["episodes"] == 6  # 2 seeds x (demonstrator + explorer + near miss)
+    # the warm start clones the seed set's 2 demonstrations and those of the 2 demonstration seeds, which stay
+    # out of the demo's store (the experience model never trains on or retrieves them)
+    assert report["warm_start"]["episodes"] == 4
     # the trackers get the demo's own figures beside the trainer's: before and after, the simulator's fidelity
     scalars = tensorboard_events(out / "train" / "runs")["scalars"]
     assert scalars["eval/before/success_rate"][-1][1] == pytest.approx(report["before"]["success_rate"])
@@ -119,6 +123,8 @@ def test_missing_default_experience_model_names_the_command_that_builds_it(tmp_p
 def test_settings_refuse_held_out_seeds_that_are_also_training_seeds(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="held-out seeds must differ"):
         DemoSettings(train_seeds=(0, 1), held_out_seeds=(1, 1000), out=tmp_path)
+    with pytest.raises(ConfigError, match="held-out seeds must differ"):
+        DemoSettings(train_seeds=(0, 1), demonstration_seeds=(5, 1000), held_out_seeds=(1000,), out=tmp_path)
     with pytest.raises(ConfigError, match="no scripted demonstrator"):
         DemoSettings(tasks=("no-such-task",), out=tmp_path)
 
@@ -135,6 +141,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "tasks": (("--tasks", "miniwob:click-button,enter-text"), ("click-button", "enter-text")),
         "train_seeds": (("--train-seeds", "0-2,7"), (0, 1, 2, 7)),
         "held_out_seeds": (("--held-out-seeds", "1000-1001"), (1000, 1001)),
+        "demonstration_seeds": (("--demonstration-seeds", "40-41"), (40, 41)),
         "explorers": (("--explorers", "2"), 2),
         "near_misses": (("--near-misses", "0"), 0),
         "group_size": (("--group-size", "3"), 3),

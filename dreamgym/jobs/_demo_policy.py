@@ -110,16 +110,28 @@ def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWe
 
 
 async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
-    """The seed set's demonstrator episodes, each its steps in order."""
+    """The demonstrator's episodes of the seed set and of ``demonstration_seeds`` (collected here, into their own
+    store), each its steps in order."""
     from dreamgym.bridge import MiniWobDemonstrator
-    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
+    from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
 
+    shutil.rmtree(settings.demonstrations_dir, ignore_errors=True)
+    if settings.demonstration_seeds:
+        plan = CollectPlan(tasks=settings.tasks, seeds=settings.demonstration_seeds, explorers=0, near_misses=0,
+                           max_steps=settings.max_steps, contexts=settings.real_concurrency)  # fmt: skip
+        async with LmdbReplayStore(  # never searched: its vectors would only cost time
+            settings.demonstrations_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False)
+        ) as extra:
+            await collect_miniwob(extra, plan)
     episodes: dict[str, list[Step]] = {}
-    async with LmdbReplayStore(settings.store_dir, readonly=True) as store:
-        for name in settings.tasks:
-            for step in await store.get_steps(await store.task_seqs(f"miniwob/{name}", source="real")):
-                if step.policy_id == MiniWobDemonstrator.policy_id:
-                    episodes.setdefault(step.episode_id, []).append(step)
+    stores = [settings.store_dir, *([settings.demonstrations_dir] if settings.demonstration_seeds else [])]
+    for path in stores:
+        async with LmdbReplayStore(path, readonly=True) as store:
+            for name in settings.tasks:
+                for step in await store.get_steps(await store.task_seqs(f"miniwob/{name}", source="real")):
+                    if step.policy_id == MiniWobDemonstrator.policy_id:
+                        episodes.setdefault(step.episode_id, []).append(step)
     return [sorted(steps, key=lambda step: step.step_index) for steps in episodes.values()]
 
 

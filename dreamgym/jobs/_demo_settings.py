@@ -40,6 +40,12 @@ class DemoSettings:
     held_out_seeds: tuple[int, ...] = tuple(range(1000, 1020))
     """Seeds evaluated before and after training: never collected, rolled out or retrieved (20 seeds × 4 tasks:
     n = 80, so a 95% interval spans about ±0.1). The offline default never trained on them either."""
+    demonstration_seeds: tuple[int, ...] = tuple(range(40, 80))
+    """More seeds whose demonstrator episodes only the warm start clones, beside the seed set's: collected in phase
+    3 into their own store (``OUT/demonstrations``), so the experience model trains on the seed set alone (phase 2
+    unchanged) and the policy gets 80 seeds of demonstrations, as ``learning_curve.json``'s did. With the seed
+    set's 40 alone, one epoch of cloning left click-option and login-user at 0 of 20 before RL, and GRPO cannot
+    learn a task it never solves (every group flat)."""
     explorers: int = 1
     """Random-explorer episodes per (task, training seed) in the seed set, beside one demonstrator episode."""
     near_misses: int = 1
@@ -114,8 +120,10 @@ class DemoSettings:
                 f"tasks {unknown} have no scripted demonstrator to collect the seed set with; "
                 f"choose among {sorted(DEMONSTRATORS)}"
             )
-        if set(self.train_seeds) & set(self.held_out_seeds):
-            raise ConfigError("held-out seeds must differ from training seeds, or evaluation measures memory")
+        if (set(self.train_seeds) | set(self.demonstration_seeds)) & set(self.held_out_seeds):
+            raise ConfigError(
+                "held-out seeds must differ from training and demonstration seeds, or evaluation measures memory"
+            )
         for name in ("explorers", "near_misses", "max_steps", "real_concurrency"):
             if getattr(self, name) < (0 if name in ("explorers", "near_misses") else 1):
                 raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
@@ -135,6 +143,12 @@ class DemoSettings:
     def store_dir(self) -> Path:
         """The demo's replay store: the seed set, the rollouts, the shadow predictions."""
         return self.out / "store"
+
+    @property
+    def demonstrations_dir(self) -> Path:
+        """The warm start's extra demonstrations (``demonstration_seeds``): never retrieved nor trained on by the
+        experience model."""
+        return self.out / "demonstrations"
 
     @property
     def eval_store_dir(self) -> Path:

@@ -188,11 +188,16 @@ class RayWorkers:
 
     async def __aenter__(self) -> RayWorkers:
         ray = _import_ray()
+        if not ray.is_initialized() and self.config.address not in (None, "auto"):
+            await _check_reachable(self.config.address)  # else Ray retries an unreachable address for minutes
         if not ray.is_initialized():
-            if self.config.address is None:
-                ray.init(include_dashboard=False, log_to_driver=True, configure_logging=False)
-            else:
-                ray.init(address=self.config.address, log_to_driver=True, configure_logging=False)
+            # a local Ray of our own without its dashboard; a cluster's own settings are its business
+            where = {"include_dashboard": False} if self.config.address is None else {"address": self.config.address}
+            try:
+                ray.init(**where, log_to_driver=True, configure_logging=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                place = self.config.address or "a local Ray"
+                raise BackendError(f"could not start or reach {place}: {_first_line(exc)}") from exc
             self._started_ray = True
         self._actor_class = ray.remote(num_cpus=self.config.cpus, max_restarts=0)(EnvHost)
         try:
@@ -370,6 +375,19 @@ class RemoteEnv:
             except Exception as exc:
                 log.info("cancelling a call on worker %d: %s", worker.index, exc)
             raise
+
+
+async def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise :class:`BackendError` at once when nothing listens at a cluster's ``host:port`` (``ray://`` too)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"WorkerConfig.address must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT', not {address!r}")
+    try:
+        with anyio.fail_after(timeout_s):
+            stream = await anyio.connect_tcp(host, int(port))
+        await stream.aclose()
+    except (OSError, TimeoutError) as exc:
+        raise BackendError(f"no Ray cluster answers at {address}: {_first_line(exc)}") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -158,3 +158,9 @@ def test_worker_flags_are_checked_before_anything_opens(tmp_path: Path) -> None:
     result = dreamgym("collect", "--store", str(tmp_path / "s"), "--workers", "-1", check=False)
     assert result.returncode == 2 and "--workers must be >= 0" in result.stderr
     assert not (tmp_path / "s").exists()
+    # an address where no cluster listens is one line at once, not Ray retrying it for minutes
+    result = dreamgym("collect", "--store", str(tmp_path / "s"), "--workers", "1", "--ray-address", "127.0.0.1:1",
+                      "--tasks", "click-test", "--seeds", "0", check=False, timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("dreamgym: error: no Ray cluster answers at 127.0.0.1:1: ")
