@@ -235,7 +235,7 @@ class RayWorkers:
                         except Exception as exc:
                             log.warning("worker %d did not shut down cleanly: %s", worker.index, exc)
             for worker in workers:
-                ray.kill(worker.actor, no_restart=True)
+                _kill(ray, worker)
         if self._started_ray:
             self._started_ray = False
             _import_ray().shutdown()
@@ -282,8 +282,7 @@ class RayWorkers:
             return  # another call saw it first
         worker.alive = False
         log.warning("rollout worker %d (pid %d) died; its episodes end as worker_lost", worker.index, worker.pid)
-        ray = _import_ray()
-        ray.kill(worker.actor, no_restart=True)
+        _kill(_import_ray(), worker)
         if self.replaced >= self.config.max_replacements:
             log.error("not replacing worker %d: %d workers were replaced already", worker.index, self.replaced)
             return
@@ -388,6 +387,13 @@ async def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
         await stream.aclose()
     except (OSError, TimeoutError) as exc:
         raise BackendError(f"no Ray cluster answers at {address}: {_first_line(exc)}") from None
+
+
+def _kill(ray: Any, worker: _Worker) -> None:
+    try:
+        ray.kill(worker.actor, no_restart=True)
+    except Exception as exc:  # gone already
+        log.info("stopping worker %d: %s", worker.index, exc)
 
 
 def _first_line(exc: BaseException) -> str:
