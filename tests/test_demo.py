@@ -58,9 +58,6 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     )
     assert report["seed_set"]["steps"] > 0
     assert report["seed_set"]["episodes"] == 6  # 2 seeds x (demonstrator + explorer + near miss)
-    # the warm start clones the seed set's 2 demonstrations and those of the 2 demonstration seeds, which stay
-    # out of the demo's store (the experience model never trains on or retrieves them)
-    assert report["warm_start"]["episodes"] == 4
     # the trackers get the demo's own figures beside the trainer's: before and after, the simulator's fidelity
     scalars = tensorboard_events(out / "train" / "runs")["scalars"]
     assert scalars["eval/before/success_rate"][-1][1] == pytest.approx(report["before"]["success_rate"])
@@ -83,10 +80,13 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     assert report["models"]["experience_model_kind"] == "demo-size"
     assert (out / "experience-model" / "config.json").exists() and (out / "policy" / "config.json").exists()
     warm = report["warm_start"]
-    assert warm["base"] == "tiny index policy" and warm["episodes"] == 2 and warm["examples"] > 0
+    # the warm start clones the seed set's 2 demonstrations and those of the 2 demonstration seeds, which stay
+    # out of the demo's store (the experience model never trains on or retrieves them)
+    assert warm["base"] == "tiny index policy" and warm["episodes"] == 4 and warm["examples"] > 0
 
     # Held-out pages stay in evaluation's own store, out of the simulator's reach.
     assert anyio.run(stored_seeds, out / "store") == {0, 1}
+    assert anyio.run(stored_seeds, out / "demonstrations") == {2, 3}
     assert anyio.run(stored_seeds, out / "eval-store") == {1000, 1001}
 
     # The page: the fidelity table beside both baselines, the curve of both updates, the shadowed examples.
