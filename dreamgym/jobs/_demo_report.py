@@ -312,7 +312,8 @@ def _warm_note(warm: Mapping[str, Any]) -> str:
     if "examples" not in warm:
         return f"{warm.get('base', '')}, no behaviour cloning"
     loss = f"loss {warm['first_loss']:.2f} → {warm['last_loss']:.2f}"
-    return (f"{warm['base']}: {warm['epochs']:g} epochs of behaviour cloning on {warm['episodes']} demonstrator "
+    epochs = f"{warm['epochs']:g} epoch{'' if warm['epochs'] == 1 else 's'}"
+    return (f"{warm['base']}: {epochs} of behaviour cloning on {warm['episodes']} demonstrator "
             f"episodes ({warm['updates']} updates, {loss})")  # fmt: skip
 
 

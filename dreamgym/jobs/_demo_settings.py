@@ -86,10 +86,10 @@ class DemoSettings:
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
     train_updates: int = 12
-    """GRPO updates in phase 6 (0 skips training; 29-42 s each at the defaults on 2 cores). Neither 8 nor 12
-    updates of four groups showed learning in a first run (13/80 -> 24/80 at 87738b1, 24/80 -> 20/80 at
-    5219d50, 16/80 -> 23/80 at e2df1dc: ``first_run.json`` of each); the learning curve needs about 50 groups
-    to go from 25% to 85%."""
+    """GRPO updates in phase 6 (0 skips training; 20-35 s each at the defaults on 2 cores). With the seed set's
+    demonstrations alone, neither 8 nor 12 updates of four groups showed learning (13/80 -> 24/80 at 87738b1,
+    24/80 -> 20/80 at 5219d50, 16/80 -> 23/80 at e2df1dc: ``first_run.json`` of each); with the demonstration
+    seeds' too, 12 went 13/80 -> 37/80, intervals apart (``first_run.json`` at b04540d)."""
     sim_trust: float = 0.9
     """The simulator plays a task's training groups only once its shadowed answers on that task's deciding real
     steps (an episode ended or a reward was paid) are this often right (``TrainConfig.sim_trust``); until then
