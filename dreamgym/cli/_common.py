@@ -208,8 +208,9 @@ def worker_config(args: argparse.Namespace) -> Any:
     from dreamgym.core.errors import UsageError
 
     workers, address = getattr(args, "workers", 0), getattr(args, "ray_address", None)
-    if workers < 0 or args.worker_cpus <= 0:
-        raise UsageError(f"--workers must be >= 0 and --worker-cpus above 0, got {workers} and {args.worker_cpus}")
+    cpus = getattr(args, "worker_cpus", 0.5)  # commands without the flags run in process
+    if workers < 0 or cpus <= 0:
+        raise UsageError(f"--workers must be >= 0 and --worker-cpus above 0, got {workers} and {cpus}")
     if not workers:
         if address:
             raise UsageError("--ray-address runs real episodes on a Ray cluster: give --workers N as well")
@@ -218,7 +219,7 @@ def worker_config(args: argparse.Namespace) -> Any:
         raise UsageError("--workers runs real episodes in Ray actors: pip install 'dreamgym[ray]'")
     from dreamgym.runtime import WorkerConfig
 
-    return WorkerConfig(workers=workers, address=address, cpus=args.worker_cpus)
+    return WorkerConfig(workers=workers, address=address, cpus=cpus)
 
 
 def webarena_sites(args: argparse.Namespace, tasks: Sequence[Any]) -> list[Any]:
