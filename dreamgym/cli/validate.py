@@ -28,6 +28,7 @@ from dreamgym.cli._common import (
     add_served_arguments,
     add_served_sim_arguments,
     add_site_argument,
+    add_worker_arguments,
     check_served,
     experience_model_source,
     hold_outs,
@@ -99,6 +100,7 @@ def add_validate_command(commands: Any) -> None:
     live.add_argument("--max-steps", type=int, default=6, help="step limit of a live episode")
     live.add_argument("--real-concurrency", type=int, default=2, help="live episodes at once")
     live.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature")
+    add_worker_arguments(parser)
     add_config_file_option(parser)
     parser.set_defaults(run=_run_validate)  # fmt: skip
 
@@ -227,7 +229,7 @@ def _check_live(args: argparse.Namespace) -> None:
 
 async def _play_live(args: argparse.Namespace) -> None:
     """Play every task (and seed) ``--episodes`` times on the live site with the policy, into ``--store``."""
-    from dreamgym.cli._common import parse_seeds, webarena_sites
+    from dreamgym.cli._common import parse_seeds, webarena_sites, worker_config
     from dreamgym.cli._run import fail_if_nothing_ran, run_policy, summary
     from dreamgym.jobs import StackSettings, mixed_groups, open_runtime
     from dreamgym.replay import HashingEmbedder, StoreConfig
@@ -242,6 +244,7 @@ async def _play_live(args: argparse.Namespace) -> None:
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=args.real_concurrency),
         embedder=HashingEmbedder(64),  # a record of the run, never searched here: its tasks stay out of retrieval
         store_config=StoreConfig(auto_index=False),
+        workers=worker_config(run),
     )
     async with open_runtime(settings, lambda limiter: run_policy(run, limiter)) as (runtime, _):
         results = await runtime.run_groups(

@@ -208,6 +208,7 @@ class RayWorkers:
         except BaseException:
             await self.aclose()
             raise
+        log.info("real episodes run on %d Ray rollout workers (pids %s)", len(self._workers), self.pids)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -139,6 +139,13 @@ def test_every_job_on_a_users_own_site_with_the_same_task_arguments(
     assert (live_report / "report.html").is_file()
     again = dreamgym(*live_argv, check=False)
     assert again.returncode == 2 and "already holds one" in again.stderr
+    # the same live run on a Ray rollout worker: the WebArena-format site travels to the worker by pickle
+    on_worker = ("validate", "--live", "--store", str(tmp_path / "worker-store"), "--model", str(model), "--tasks",
+                 eval_tasks, *site, "--policy", "random", "--episodes", "2", "--max-steps", "2", "--max-new-tokens",
+                 "16", "--out", str(tmp_path / "worker-validation"), "--workers", "1")  # fmt: skip
+    played = dreamgym(*on_worker)
+    assert "live: 1 groups, 2 episodes" in played.stdout
+    assert "on 1 Ray rollout workers" in " ".join(played.stderr.split())  # rich may wrap the log line
 
     common = ("train", "--mode", "mixed", "--real-share", "1", "--store", str(tmp_path / "train-store"),
               "--out", str(tmp_path / "run"), "--tasks", train_tasks, *site,

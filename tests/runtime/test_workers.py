@@ -141,6 +141,7 @@ def test_collect_with_workers_stores_every_episode_from_the_workers(tmp_path: Pa
     out = dreamgym("collect", "--store", str(store), "--tasks", "click-button,enter-text", "--seeds", "0-2",
                    "--workers", "2", "--concurrency", "2")  # fmt: skip
     assert "6 groups, 6 episodes; real: 6/6 episodes succeeded" in out.stdout
+    assert "real episodes run on 2 Ray rollout workers" in " ".join(out.stderr.split())  # rich may wrap it
 
     async def stored() -> tuple[int, set[int | None]]:
         async with LmdbReplayStore(store, readonly=True) as opened:
