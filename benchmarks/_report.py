@@ -8,7 +8,8 @@ from typing import Any
 
 def emit(
     figure: str, value: float, unit: str, baseline: str, baseline_value: float, *, digits: int = 4, **extra: Any
-) -> None:
+) -> dict[str, Any]:
+    """Print the figure's row as one JSON line, and return it (for a results file)."""
     row = {
         "figure": figure,
         "value": round(value, digits),
@@ -19,3 +20,4 @@ def emit(
         **extra,
     }
     print(json.dumps(row), flush=True)
+    return row

@@ -103,21 +103,14 @@ async def _measure(args: argparse.Namespace, ray_init_s: float) -> list[dict[str
                 if concurrency == 1:
                     per_episode[mode] = best / len(groups)
     for mode in ("inprocess", "workers_1", "workers_2"):
-        rows.append(_row(f"episodes_per_s_{mode}", rates[mode, 2], "episodes/s", "in-process runtime",
-                         rates["inprocess", 2], concurrency=2))  # fmt: skip
-    rows.append(_row("ray_start_s", ray_init_s + ready["workers_2"], "s", "in-process browser start",
-                     ready["inprocess"], workers=2))  # fmt: skip
+        rows.append(report.emit(f"episodes_per_s_{mode}", rates[mode, 2], "episodes/s", "in-process runtime",
+                                rates["inprocess", 2], concurrency=2))  # fmt: skip
+    rows.append(report.emit("ray_start_s", ray_init_s + ready["workers_2"], "s", "in-process browser start",
+                            ready["inprocess"], workers=2))  # fmt: skip
     overhead = per_episode["workers_1"] - per_episode["inprocess"]
-    rows.append(_row("overhead_per_episode_s", overhead, "s", "in-process seconds per episode",
-                     per_episode["inprocess"], concurrency=1))  # fmt: skip
+    rows.append(report.emit("overhead_per_episode_s", overhead, "s", "in-process seconds per episode",
+                            per_episode["inprocess"], concurrency=1))  # fmt: skip
     return rows
-
-
-def _row(figure: str, value: float, unit: str, baseline: str, baseline_value: float, **extra: Any) -> dict[str, Any]:
-    report.emit(figure, value, unit, baseline, baseline_value, **extra)
-    return {"figure": figure, "value": round(value, 4), "unit": unit, "baseline": baseline,
-            "baseline_value": round(baseline_value, 4),
-            "ratio": round(value / baseline_value, 4) if baseline_value else None, **extra}  # fmt: skip
 
 
 @asynccontextmanager

@@ -182,9 +182,7 @@ class RayWorkers:
         self._actor_class: Any = None
         self._replacing: dict[int, anyio.Event] = {}
         self.replaced = 0
-        """Workers that died and were replaced."""
-        self.lost_episodes = 0
-        """Episodes that ended ``worker_lost``."""
+        """Workers that died and were replaced (the episodes they ended say ``worker_lost``)."""
 
     async def __aenter__(self) -> RayWorkers:
         ray = _import_ray()
@@ -360,7 +358,6 @@ class RemoteEnv:
         try:
             return await ref
         except ray.exceptions.RayActorError as exc:
-            self._workers.lost_episodes += 1
             await self._workers.lost(worker)
             why = _first_line(exc)
             raise WorkerLostError(f"rollout worker {worker.index} (pid {worker.pid}) died: {why}") from None
