@@ -49,7 +49,7 @@ from typing import Any
 
 import anyio
 from learning_curve import _commit
-from sim_build import _fidelity, candidate_template
+from sim_build import _fidelity, before_template, before_training, candidate_template
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
@@ -107,12 +107,11 @@ def main() -> int:
 
 def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, dict[str, Any]]:
     """The variant's model directory (trained here unless this script trained it before) and its figures."""
-    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING
     from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
 
     loop, grouped, template_kind, epochs = VARIANTS[name]
-    config = dataclasses.replace(DEFAULT_TRAINING, loop=loop, group_by_length=grouped, epochs=epochs)
-    template = DEFAULT_TEMPLATE if template_kind == "system" else candidate_template()
+    config = dataclasses.replace(before_training(), loop=loop, group_by_length=grouped, epochs=epochs)
+    template = before_template() if template_kind == "system" else candidate_template()
     target = out / f"model-{name}"
     wanted = json.loads(json.dumps(dataclasses.asdict(config), default=str))
     if read_metadata(target).get("config") != wanted:

@@ -18,15 +18,14 @@ it measures, as JSON lines, each against a baseline from the same run:
    length-grouped batches, of dreamgym's plain loop
    (``SimTrainConfig.loop="plain"``) with both, and of the plain loop on one
    thread, with each loop's padding share;
-3. **builds**: the default's recipe (``DEFAULT_TEMPLATE``,
-   ``DEFAULT_TRAINING``: TRL's loop, random batches), "before", and the
-   faster candidate, "after" (:func:`candidate_template`,
-   :func:`candidate_training`: no system message, the plain loop, random
-   batches — length-grouped batches, the candidate of ``sim_build.json`` at
-   ``d95e0fe``, cost fidelity: ``benchmarks/sim_ablation.py``), each timed; a
-   build's time
-   is collection (timed once: the same for both) + its example building +
-   its training;
+3. **builds**: the offline default's recipe until 2026-12-02, "before"
+   (:func:`before_template`, :func:`before_training`: TRL's loop, random
+   batches, the template with its system message, frozen here), and the
+   default's recipe now, "after" (``DEFAULT_TEMPLATE``,
+   ``DEFAULT_TRAINING``: no system message, dreamgym's plain loop, random
+   batches fed in micro-batches of like length), each timed; a build's time
+   is collection with the embedding of every step (timed once: the same for
+   both) + its example building + its training;
 4. **fidelity** of both models on every real step of the held-out seeds, one
    step teacher-forced, beside the two baselines (copy the top retrieved
    transition, keep the page), on all steps and on steps where the real page
@@ -91,6 +90,7 @@ def main() -> int:
     builds = _builds(args, examples, data, example_figures)
     results["builds"] = builds
     before, after = builds.get("before"), builds["after"]
+    results["default"] = "after"  # the build sim_default.py makes now ("before": the recipe it replaced)
     if before:
         report.emit("default build time", after["build_s"], "s", "build before", before["build_s"])
         results["build_speedup"] = round(before["build_s"] / after["build_s"], 3)
@@ -123,6 +123,7 @@ async def _collect(out: Path) -> dict[str, Any]:
             if steps == 0:
                 began = time.perf_counter()
                 steps = await collect_miniwob(store, plan)
+                await store.flush()  # a build waits for every step's embedding before it builds examples
                 figures[f"{name}_collect_s"] = round(time.perf_counter() - began, 1)
                 _remember(out, f"{name}_collect_s", figures[f"{name}_collect_s"])
             else:
@@ -149,7 +150,6 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     differ but for the system message (only where neighbours tie), their tokens and the share of no-op steps."""
     from dreamgym.jobs.sim_default import (
         DEFAULT_TASKS,
-        DEFAULT_TEMPLATE,
         HELD_OUT_SEEDS,
         balance,
         no_op_answer,
@@ -163,7 +163,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
     seconds = {}
     built = {}
-    ways = (("before", _embedding_again(), DEFAULT_TEMPLATE), ("after", LmdbReplayStore, candidate_template()))
+    ways = (("before", _embedding_again(), before_template()), ("after", LmdbReplayStore, candidate_template()))
     for name, kind, template in ways:
         async with kind(out / "train") as store:
             await store.flush()
@@ -194,12 +194,11 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
 
 def _epoch_tokens(examples: list[Any]) -> int:
     """The tokens of one epoch over ``examples`` with the tokenizer a build trains on them."""
-    from dreamgym.jobs.sim_default import DEFAULT_TRAINING
     from dreamgym.simulator._loop import tokenize_example
     from dreamgym.simulator._sft import _conversation, train_tokenizer
 
     texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
-    tokenizer = train_tokenizer(texts, DEFAULT_TRAINING.scratch.vocab_size)
+    tokenizer = train_tokenizer(texts, before_training().scratch.vocab_size)
     return sum(len(tokenize_example(tokenizer, *_conversation(e))) for e in examples)
 
 
@@ -222,44 +221,42 @@ def _profile(examples: list[Any], steps: int, rows: list[dict[str, Any]]) -> dic
     """Tokens per second of each loop over ``steps`` optimizer steps, against bare forward+backward (packed)."""
     import torch
 
-    from dreamgym.jobs.sim_default import DEFAULT_TRAINING
-
     threads = torch.get_num_threads()
     bare = _bare_tokens_per_second(examples, steps)
     figures: dict[str, Any] = {"threads": threads, "bare_packed_tokens_per_s": round(bare, 1)}
     loops = {
         "trl random": dict(loop="trl", group_by_length=False),
         "trl grouped": dict(loop="trl", group_by_length=True),
+        "plain random, whole batches": dict(loop="plain", group_by_length=False, micro_batch_tokens=None),
         "plain random": dict(loop="plain", group_by_length=False),
         "plain grouped": dict(loop="plain", group_by_length=True),
     }
     for name, change in loops.items():
-        config = dataclasses.replace(DEFAULT_TRAINING, max_steps=steps, **change)
+        config = dataclasses.replace(before_training(), max_steps=steps, **change)
         measured = _short_run(examples, config)
         figures[name] = measured
         report.emit(f"tokens/s, {name}", measured["tokens_per_s"], "tokens/s", "bare forward+backward, packed", bare,
                     padding_share=measured.get("padding_share"), steps=steps)  # fmt: skip
     torch.set_num_threads(1)
     try:
-        config = dataclasses.replace(DEFAULT_TRAINING, max_steps=steps, loop="plain")
+        config = dataclasses.replace(before_training(), max_steps=steps, loop="plain")
         one = _short_run(examples, config)
     finally:
         torch.set_num_threads(threads)
-    figures["plain grouped, 1 thread"] = one
-    report.emit("tokens/s, plain grouped on 1 thread", one["tokens_per_s"], "tokens/s",
-                f"plain grouped on {threads} threads", figures["plain grouped"]["tokens_per_s"])  # fmt: skip
+    figures["plain random, 1 thread"] = one
+    report.emit("tokens/s, plain random on 1 thread", one["tokens_per_s"], "tokens/s",
+                f"plain random on {threads} threads", figures["plain random"]["tokens_per_s"])  # fmt: skip
     return figures
 
 
 def _short_run(examples: list[Any], config: Any) -> dict[str, Any]:
     import tempfile
 
-    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE
     from dreamgym.simulator import read_metadata, train_experience_model
 
     with tempfile.TemporaryDirectory() as tmp:
         began = time.perf_counter()
-        train_experience_model(examples, Path(tmp) / "m", config, template=DEFAULT_TEMPLATE)
+        train_experience_model(examples, Path(tmp) / "m", config, template=before_template())
         meta = read_metadata(Path(tmp) / "m")
         seconds = time.perf_counter() - began
     return {
@@ -274,12 +271,11 @@ def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
     """The default model's forward and backward (and an AdamW step) on packed 8 × 512 batches of the examples' text."""
     import torch
 
-    from dreamgym.jobs.sim_default import DEFAULT_TRAINING
     from dreamgym.simulator._sft import scratch_model, train_tokenizer
 
     texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
-    tokenizer = train_tokenizer(texts, DEFAULT_TRAINING.scratch.vocab_size)
-    model = scratch_model(tokenizer, DEFAULT_TRAINING.scratch)
+    tokenizer = train_tokenizer(texts, before_training().scratch.vocab_size)
+    model = scratch_model(tokenizer, before_training().scratch)
     stream: list[int] = []
     for text in texts[: 4 * steps * 8]:
         stream += tokenizer(text)["input_ids"]
@@ -303,23 +299,40 @@ def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
 # ---------------------------------------------------------------------- builds
 
 
+def before_template() -> Any:
+    """The offline default's prompt until 2026-12-02 (frozen here): history 1, two neighbours, a diff, and the
+    system message that explains the page format."""
+    from dreamgym.simulator import TemplateConfig
+
+    return TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff", instructions=True)
+
+
+def before_training() -> Any:
+    """The offline default's training until 2026-12-02 (frozen here): TRL's ``SFTTrainer``, random batches,
+    2 epochs of the 4-layer scratch model."""
+    from dreamgym.simulator import SimTrainConfig
+
+    return SimTrainConfig(base="scratch", epochs=2, max_length=1536, loop="trl", group_by_length=False)
+
+
 def candidate_template() -> Any:
-    """The candidate recipe's prompt: the default's without its system message."""
+    """The recipe measured against "before": the offline default's prompt (no system message)."""
     from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE
 
-    return dataclasses.replace(DEFAULT_TEMPLATE, instructions=False)
+    return DEFAULT_TEMPLATE
 
 
 def candidate_training() -> Any:
-    """The candidate recipe's training: the default's on dreamgym's plain loop, random batches as before.
+    """The recipe measured against "before": the offline default's training (dreamgym's plain loop, random
+    batches fed in micro-batches of like length, logits for the answer only).
 
-    Length-grouped batches pad least (1% against 34%) but, one change at a time
-    on the same held-out steps (``benchmarks/results/sim_ablation.json``),
-    they are what cost the earlier candidate its fidelity; the loop and the
-    template without its system message do not."""
+    Length-grouped batches pad least, but, one change at a time on the same
+    held-out steps (``benchmarks/results/sim_ablation.json``), they are what
+    cost an earlier candidate its fidelity; the micro-batches take the padding
+    out of random batches instead, with the random batch's gradient."""
     from dreamgym.jobs.sim_default import DEFAULT_TRAINING
 
-    return dataclasses.replace(DEFAULT_TRAINING, loop="plain", group_by_length=False)
+    return DEFAULT_TRAINING
 
 
 def _builds(
@@ -327,18 +340,17 @@ def _builds(
 ) -> dict[str, Any]:
     """Train the default as before and as now, each on its own examples; the build time adds collection and
     example building."""
-    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING
     from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
 
     configs = (
         {"after": candidate_training()}
         if args.skip_before
-        else {"before": DEFAULT_TRAINING, "after": candidate_training()}
+        else {"before": before_training(), "after": candidate_training()}
     )
     builds: dict[str, Any] = {}
     for name, config in configs.items():
         target = args.out / f"model-{name}"
-        template = DEFAULT_TEMPLATE if name == "before" else candidate_template()
+        template = before_template() if name == "before" else candidate_template()
         known = _recall(args.out, f"{name}_train_s")
         if known is not None and read_metadata(target).get("config") == json.loads(
             json.dumps(dataclasses.asdict(config), default=str)

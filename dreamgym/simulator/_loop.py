@@ -8,13 +8,35 @@ bookkeeping, none of which a from-scratch model of a few million parameters
 needs. This loop is what remains: the prompt and answer tokenized once, the
 loss only on the answer's tokens (the prompt is context), AdamW with a cosine
 schedule after a short warm-up and gradients clipped at 1 (the Trainer's
-defaults), and batches of examples of similar length, shuffled, so padding
-stays near zero. It trains whatever model it is given, a PEFT-wrapped one
+defaults). It trains whatever model it is given, a PEFT-wrapped one
 included, on that model's device.
+
+Two things make a step cheap without changing what it computes:
+
+- **Micro-batches of like length.** A batch's examples, sorted by length,
+  are fed in micro-batches of about one length (:func:`micro_batches`), each
+  micro-batch's summed answer loss divided by the whole batch's answer
+  tokens and the gradients added up before the optimizer steps: the same
+  gradient as the padded batch (the mean over its answer tokens), without
+  its padding. A random batch of 8 of the offline default's examples is
+  about a third padding, and on a CPU a padded batch also takes attention's
+  masked path: fed whole, such batches ran at a third of the tokens per
+  second (``benchmarks/sim_build.py``).
+- **Logits for the answer only.** Only the positions from the earliest
+  answer of a micro-batch on get the output layer (``logits_to_keep``, where
+  the model takes it): the answer is a sixth of an example's tokens, and a
+  small model's output layer over its whole vocabulary is a large share of
+  its work.
+
+Batches themselves are random (``group_by_length=False``) or of similar
+length (``True``, as transformers' length-grouped sampler); grouping changes
+which examples share a step, and on the offline default's data it cost
+fidelity (``benchmarks/results/sim_ablation.json``).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import random
@@ -26,12 +48,26 @@ from typing import Any
 from dreamgym.core.devices import mixed_precision, model_device
 from dreamgym.core.progress import progress
 
-__all__ = ["FitResult", "TokenizedExample", "fit", "length_grouped_batches", "tokenize_example"]
+__all__ = [
+    "MICRO_BATCH_TOKENS",
+    "FitResult",
+    "TokenizedExample",
+    "fit",
+    "length_grouped_batches",
+    "micro_batches",
+    "tokenize_example",
+]
 
 log = logging.getLogger(__name__)
 
 IGNORE = -100
 """The label of a token the loss skips (the prompt's, the padding's)."""
+
+MICRO_BATCH_TOKENS = 4096
+"""Most tokens (padding included) a micro-batch holds; one longer example is a micro-batch of its own."""
+
+_LIKE_LENGTH = 0.8
+"""A micro-batch holds examples at least this share of its longest's length (a fifth of padding at most)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +141,24 @@ def length_grouped_batches(
     return batches
 
 
+def micro_batches(
+    lengths: Sequence[int], batch: Sequence[int], budget: int | None = MICRO_BATCH_TOKENS
+) -> list[list[int]]:
+    """A batch's indices split into micro-batches of like length: longest first, each micro-batch at most
+    ``budget`` tokens padded and none of its examples shorter than :data:`_LIKE_LENGTH` of its longest.
+    ``budget=None``: the batch whole, in one padded micro-batch."""
+    if budget is None:
+        return [list(batch)]
+    parts: list[list[int]] = []
+    for i in sorted(batch, key=lambda i: -lengths[i]):
+        part = parts[-1] if parts else []
+        if part and (len(part) + 1) * lengths[part[0]] <= budget and lengths[i] >= _LIKE_LENGTH * lengths[part[0]]:
+            part.append(i)
+        else:
+            parts.append([i])
+    return parts
+
+
 def fit(
     model: Any,
     examples: Sequence[TokenizedExample],
@@ -117,13 +171,17 @@ def fit(
     max_steps: int = -1,
     warmup: float = 0.05,
     group_by_length: bool = True,
+    micro_batch_tokens: int | None = MICRO_BATCH_TOKENS,
     dtype: str = "auto",
     what: str = "train",
 ) -> FitResult:
     """Train ``model`` in place on ``examples`` (blocking), reported as a progress phase of optimizer steps.
 
     ``epochs`` may be fractional (the steps are rounded up); ``max_steps``
-    (> 0) stops sooner. ``dtype`` ``bfloat16`` or ``float16`` runs the passes
+    (> 0) stops sooner. Each batch is fed in micro-batches of at most
+    ``micro_batch_tokens`` (:func:`micro_batches`; ``None``: whole, padded),
+    the gradient the batch's.
+    ``dtype`` ``bfloat16`` or ``float16`` runs the passes
     on CUDA in mixed precision (autocast over the weights, the loss scaled for
     ``float16``; :func:`~dreamgym.core.devices.mixed_precision`); otherwise they
     run in the weights' own dtype. Raises nothing of its own; a model that
@@ -151,6 +209,7 @@ def fit(
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.0)
     schedule = get_cosine_schedule_with_warmup(optimizer, math.ceil(warmup * total), total)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == torch.float16)
+    keeps_logits = _takes_logits_to_keep(model)
     model.train()
     began = time.perf_counter()
     loss_sum = 0.0
@@ -158,22 +217,27 @@ def fit(
     last = float("nan")
     with progress(what, total=total, unit="steps") as phase:
         for batch in plan:
-            inputs = _collate([examples[i] for i in batch], pad_id, device)
-            with torch.autocast(device.type, dtype=precision) if precision is not None else contextlib.nullcontext():
-                out = model(**inputs)
-            scaler.scale(out.loss).backward()
+            counted = sum(len(examples[i]) - examples[i].prompt_length for i in batch)
+            summed = 0.0
+            for part in micro_batches(lengths, batch, micro_batch_tokens):
+                inputs = _collate([examples[i] for i in part], pad_id, device)
+                with (
+                    torch.autocast(device.type, dtype=precision) if precision is not None else contextlib.nullcontext()
+                ):
+                    loss = _answer_loss(model, inputs, keeps_logits)
+                scaler.scale(loss / counted).backward()
+                summed += float(loss.detach())
+                padded += inputs["input_ids"].numel()
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             scaler.step(optimizer)
             scaler.update()
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
-            last = float(out.loss.detach())
-            counted = int((inputs["labels"][:, 1:] != IGNORE).sum())
-            loss_sum += last * counted
+            last = summed / max(counted, 1)
+            loss_sum += summed
             answer_tokens += counted
             fed += sum(lengths[i] for i in batch)
-            padded += inputs["input_ids"].numel()
             phase.advance(note=f"loss {last:.3f}")
     model.eval()
     seconds = time.perf_counter() - began
@@ -185,6 +249,35 @@ def fit(
         tokens=fed,
         padded_tokens=padded,
         seconds=seconds,
+    )
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    """Whether the model (under a PEFT wrapper, the model it wraps) can compute logits for its last positions
+    only (transformers' ``logits_to_keep``)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+
+
+def _answer_loss(model: Any, inputs: dict[str, Any], keeps_logits: bool) -> Any:
+    """The micro-batch's next-token loss summed over its answers' tokens.
+
+    Logits are kept from the first position that predicts an answer token on
+    (every row's answer ends its row; a row's prompt before that point only
+    conditions), so the output layer runs on little more than the answers.
+    """
+    import torch.nn.functional as F
+
+    labels = inputs["labels"]
+    width = labels.shape[1]
+    answered = (labels != IGNORE).any(dim=0).nonzero()
+    start = max(int(answered[0]) - 1, 0) if len(answered) and keeps_logits else 0  # predicts the first answer token
+    extra = {"logits_to_keep": width - start} if keeps_logits else {}
+    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], **extra).logits
+    predicted = logits[:, :-1]  # position p predicts token p + 1
+    targets = labels[:, start + 1 :]
+    return F.cross_entropy(
+        predicted.reshape(-1, predicted.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE, reduction="sum"
     )
 
 

@@ -112,9 +112,17 @@ class SimTrainConfig:
     seed: int = 0
     max_steps: int = -1
     """Stop after this many optimizer steps (-1: run the epochs); for smoke tests."""
-    group_by_length: bool = True
-    """Batch examples of similar length together (shuffled in chunks): on the offline default's examples a
-    random batch of 8 is 37% padding, a grouped one 0.5%."""
+    group_by_length: bool = False
+    """Batch examples of similar length together (shuffled in chunks), as transformers' length-grouped sampler.
+    The plain loop feeds any batch in micro-batches of like length (``micro_batch_tokens``), so random batches
+    cost it no padding; grouping changes which examples share a step, and on the offline default's data it cost
+    fidelity (``benchmarks/results/sim_ablation.json``). TRL's loop pads a random batch (a third of the offline
+    default's batches of 8)."""
+    micro_batch_tokens: int | None = 4096
+    """The plain loop feeds each batch in micro-batches of like length of at most this many tokens (padding
+    included) and adds up their gradients: the batch's gradient without its padding
+    (:func:`~dreamgym.simulator._loop.micro_batches`). Larger suits a GPU; ``None`` feeds each batch whole,
+    padded."""
     loop: str = "plain"
     """``"plain"``: dreamgym's own supervised loop (:mod:`dreamgym.simulator._loop`, about twice TRL's tokens
     per second on a CPU); ``"trl"``: TRL's ``SFTTrainer``, which the offline default still trains with (the
@@ -130,6 +138,8 @@ class SimTrainConfig:
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError("SimTrainConfig.epochs must be > 0 and batch_size >= 1")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ConfigError("SimTrainConfig.micro_batch_tokens must be >= 1 (or None: batches fed whole)")
         if self.loop not in ("plain", "trl"):
             raise ConfigError(f"SimTrainConfig.loop must be 'plain' or 'trl', not {self.loop!r}")
         check_device(self.device, "SimTrainConfig.device", trl=self.loop == "trl")
@@ -421,7 +431,8 @@ def _train_plain(
     result = fit(
         model, rows, pad_id=tokenizer.pad_token_id, epochs=config.epochs, batch_size=config.batch_size,
         learning_rate=config.lr, seed=config.seed, max_steps=config.max_steps,
-        group_by_length=config.group_by_length, dtype=config.dtype, what=what,
+        group_by_length=config.group_by_length, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype,
+        what=what,
     )  # fmt: skip
     figures = {
         "train_loss": result.loss,

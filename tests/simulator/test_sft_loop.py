@@ -15,7 +15,15 @@ from sim_helpers import EMBEDDER, TINY, TOY_TEMPLATE, fill_toy_store, open_store
 from dreamgym.core.progress import listening
 from dreamgym.replay import LmdbReplayStore, StoreConfig
 from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
-from dreamgym.simulator._loop import IGNORE, _collate, fit, length_grouped_batches, tokenize_example
+from dreamgym.simulator._loop import (
+    IGNORE,
+    _answer_loss,
+    _collate,
+    fit,
+    length_grouped_batches,
+    micro_batches,
+    tokenize_example,
+)
 from dreamgym.simulator._sft import (
     SFTExample,
     SimTrainConfig,
@@ -64,6 +72,74 @@ def test_grouped_batches_visit_every_example_once_with_little_padding() -> None:
 
     assert padding(grouped) < 0.05
     assert padding(plain) > 0.2
+
+
+def test_micro_batches_hold_each_example_once_of_like_length_within_the_budget() -> None:
+    rng = random.Random(0)
+    lengths = [rng.randrange(50, 1500) for _ in range(400)]
+    for batch in length_grouped_batches(lengths, 8, random.Random(1), grouped=False):
+        parts = micro_batches(lengths, batch, 2048)
+        assert sorted(i for part in parts for i in part) == sorted(batch)
+        for part in parts:
+            longest = max(lengths[i] for i in part)
+            assert len(part) == 1 or len(part) * longest <= 2048
+            assert min(lengths[i] for i in part) >= 0.8 * longest
+    assert micro_batches([100] * 8, list(range(8)), 4096) == [list(range(8))]  # equal lengths: one micro-batch
+    assert micro_batches([5000, 100], [0, 1], 4096) == [[0], [1]]  # over the budget alone: still fed
+
+
+async def _tiny_rows(tmp_path: Path) -> tuple[Any, list[Any]]:
+    examples = await _examples(tmp_path)
+    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
+    tokenizer = train_tokenizer(texts, 400)
+    return tokenizer, [tokenize_example(tokenizer, *_conversation(e)) for e in examples]
+
+
+async def test_answer_logits_alone_give_the_loss_of_the_whole_output(tmp_path: Path) -> None:
+    import torch
+
+    tokenizer, rows = await _tiny_rows(tmp_path)
+    model = scratch_model(tokenizer, TINY)
+    inputs = _collate(rows[:5], tokenizer.pad_token_id, "cpu")
+    whole = model(**inputs).loss * int((inputs["labels"][:, 1:] != IGNORE).sum())  # transformers' own loss, summed
+    answered = _answer_loss(model, inputs, keeps_logits=True)
+    assert torch.allclose(answered, _answer_loss(model, inputs, keeps_logits=False), rtol=1e-5)
+    assert torch.allclose(answered, whole, rtol=1e-5)
+
+
+async def test_micro_batched_steps_train_the_weights_the_padded_batches_would(tmp_path: Path) -> None:
+    """Six optimizer steps of ``fit`` (micro-batches, answer logits) against the same steps taken the plain way:
+    each random batch padded and fed whole, transformers' own loss."""
+    import torch
+    from transformers import get_cosine_schedule_with_warmup
+
+    tokenizer, rows = await _tiny_rows(tmp_path)
+    lengths = [len(r) for r in rows]
+    assert len(set(lengths)) > 4  # batches of unlike lengths: fit splits them
+    start = scratch_model(tokenizer, TINY, seed=3)
+    fitted = scratch_model(tokenizer, TINY, seed=3)
+    reference = scratch_model(tokenizer, TINY, seed=3)
+    result = fit(fitted, rows, pad_id=tokenizer.pad_token_id, epochs=2, batch_size=8, learning_rate=3e-3, seed=5,
+                 group_by_length=False, micro_batch_tokens=256)  # fmt: skip
+    rng = random.Random(5)  # fit's plan: two epochs of random batches from its seed
+    plan = [batch for _ in range(2) for batch in length_grouped_batches(lengths, 8, rng, grouped=False)]
+    assert result.steps == len(plan) == 6
+    assert result.padded_tokens < sum(max(lengths[i] for i in batch) * len(batch) for batch in plan)
+
+    optimizer = torch.optim.AdamW(reference.parameters(), lr=3e-3, weight_decay=0.0)
+    schedule = get_cosine_schedule_with_warmup(optimizer, 1, 6)
+    reference.train()
+    for batch in plan:
+        reference(**_collate([rows[i] for i in batch], tokenizer.pad_token_id, "cpu")).loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(reference.parameters()), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    moved = 0
+    for (name, a), b in zip(fitted.named_parameters(), reference.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=2e-5), name
+        moved += int(not torch.equal(a, start.get_parameter(name)))
+    assert moved > 10  # the steps changed the weights
 
 
 async def test_fit_lowers_the_answer_loss_of_a_scratch_model(tmp_path: Path) -> None:
