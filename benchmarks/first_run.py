@@ -13,8 +13,8 @@ cache, it builds the offline default experience model as a user would
 demo``, which trains its own demo-size model) and scores it on its held-out
 seeds (``dreamgym sim eval --json``: every real step of seeds 1000–1009, one
 step teacher-forced); with ``--skip-default`` its figures come from
-``benchmarks/results/sim_build.json`` instead (the build it names the
-default's recipe), named as such. Prints one JSON line with
+``benchmarks/results/sim_build.json`` instead (its build of the recipe
+``DEFAULT_TRAINING`` names), named as such. Prints one JSON line with
 ``setup_s``, ``demo_s`` and ``total_s`` (the fresh-clone ``make demo``,
 against the 15-minute target as the ratio), the demo's own phase times, its
 held-out success before and after, its simulator's held-out figures, and the
@@ -148,8 +148,12 @@ def _offline_default(clone: Path, env: dict[str, str]) -> dict[str, Any]:
 def _measured_default() -> dict[str, Any]:
     """Without building it here: the offline default's build time and held-out figures as
     ``benchmarks/sim_build.py`` measured them (the build it names the default's recipe), named as such."""
+    from sim_build import default_build
+
     measured = json.loads((ROOT / "benchmarks" / "results" / "sim_build.json").read_text())
-    default = measured.get("default", "before")  # results written before the default's recipe changed: "before"
+    default = default_build(measured["builds"])  # the build of DEFAULT_TRAINING as this commit has it
+    if default is None:
+        raise SystemExit("sim_build.json holds no build of the offline default's recipe: run benchmarks/sim_build.py")
     build, fidelity = measured["builds"][default], measured["fidelity"]["all"]
     return {
         "sim_default_from": f"benchmarks/results/sim_build.json ({measured['date']}, commit {measured['commit'][:7]}, "

@@ -20,10 +20,10 @@ profile measures the loops' speed, alone). The training loss is not
 comparable across loops either: TRL reports the mean of its steps' losses,
 the plain loop the mean over answer tokens.
 
-"system" is the template with its system message as the offline default had
-it until 2026-12-02 (``sim_build.before_template``), "bare" the default's now;
-every variant starts from the old default's training
-(``sim_build.before_training``) and changes what its name says. The plain
+"system" is the offline default's template with its system message
+(``sim_build.before_template``), "bare" the same without it; every variant
+starts from the default's training (``sim_build.before_training``) and
+changes what its name says. The plain
 loop feeds batches in micro-batches of like length since 2026-12-02: the
 same gradients as the padded batches it fed whole when the rows committed
 before then were trained.

@@ -18,14 +18,15 @@ it measures, as JSON lines, each against a baseline from the same run:
    length-grouped batches, of dreamgym's plain loop
    (``SimTrainConfig.loop="plain"``) with both, and of the plain loop on one
    thread, with each loop's padding share;
-3. **builds**: the offline default's recipe until 2026-12-02, "before"
-   (:func:`before_template`, :func:`before_training`: TRL's loop, random
-   batches, the template with its system message, frozen here), and the
-   default's recipe now, "after" (``DEFAULT_TEMPLATE``,
-   ``DEFAULT_TRAINING``: no system message, dreamgym's plain loop, random
-   batches fed in micro-batches of like length), each timed; a build's time
-   is collection with the embedding of every step (timed once: the same for
-   both) + its example building + its training;
+3. **builds**: the offline default's recipe, "before" (:func:`before_template`,
+   :func:`before_training`: TRL's loop, random batches, the template with its
+   system message; frozen here), and the faster candidate, "after"
+   (:func:`candidate_template`, :func:`candidate_training`: no system
+   message, dreamgym's plain loop, random batches fed in micro-batches of
+   like length), each timed; a build's time is collection with the embedding
+   of every step (timed once: the same for both) + its example building +
+   its training; ``default`` in the results names the build whose recipe is
+   ``DEFAULT_TRAINING`` at the commit that ran;
 4. **fidelity** of both models on every real step of the held-out seeds, one
    step teacher-forced, beside the two baselines (copy the top retrieved
    transition, keep the page), on all steps and on steps where the real page
@@ -90,7 +91,7 @@ def main() -> int:
     builds = _builds(args, examples, data, example_figures)
     results["builds"] = builds
     before, after = builds.get("before"), builds["after"]
-    results["default"] = "after"  # the build sim_default.py makes now ("before": the recipe it replaced)
+    results["default"] = default_build(builds)  # the build sim_default.py makes at this commit
     if before:
         report.emit("default build time", after["build_s"], "s", "build before", before["build_s"])
         results["build_speedup"] = round(before["build_s"] / after["build_s"], 3)
@@ -300,39 +301,43 @@ def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
 
 
 def before_template() -> Any:
-    """The offline default's prompt until 2026-12-02 (frozen here): history 1, two neighbours, a diff, and the
-    system message that explains the page format."""
+    """The offline default's prompt (frozen here, so "before" stays what it was if the default changes): history
+    1, two neighbours, a diff, and the system message that explains the page format."""
     from dreamgym.simulator import TemplateConfig
 
     return TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff", instructions=True)
 
 
 def before_training() -> Any:
-    """The offline default's training until 2026-12-02 (frozen here): TRL's ``SFTTrainer``, random batches,
-    2 epochs of the 4-layer scratch model."""
+    """The offline default's training (frozen here): TRL's ``SFTTrainer``, random batches, 2 epochs of the 4-layer
+    scratch model."""
     from dreamgym.simulator import SimTrainConfig
 
     return SimTrainConfig(base="scratch", epochs=2, max_length=1536, loop="trl", group_by_length=False)
 
 
 def candidate_template() -> Any:
-    """The recipe measured against "before": the offline default's prompt (no system message)."""
-    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE
-
-    return DEFAULT_TEMPLATE
+    """The faster candidate's prompt: the default's without its system message."""
+    return dataclasses.replace(before_template(), instructions=False)
 
 
 def candidate_training() -> Any:
-    """The recipe measured against "before": the offline default's training (dreamgym's plain loop, random
-    batches fed in micro-batches of like length, logits for the answer only).
+    """The faster candidate's training: dreamgym's plain loop, random batches fed in micro-batches of like length
+    (the random batch's gradient without its padding), logits for the answer only.
 
     Length-grouped batches pad least, but, one change at a time on the same
     held-out steps (``benchmarks/results/sim_ablation.json``), they are what
     cost an earlier candidate its fidelity; the micro-batches take the padding
-    out of random batches instead, with the random batch's gradient."""
+    out of random batches instead."""
+    return dataclasses.replace(before_training(), loop="plain")
+
+
+def default_build(builds: dict[str, Any]) -> str | None:
+    """Which of the builds is the offline default's recipe (``DEFAULT_TRAINING``), by its training config."""
     from dreamgym.jobs.sim_default import DEFAULT_TRAINING
 
-    return DEFAULT_TRAINING
+    wanted = json.loads(json.dumps(dataclasses.asdict(DEFAULT_TRAINING), default=str))
+    return next((name for name, build in builds.items() if build["config"] == wanted), None)
 
 
 def _builds(
