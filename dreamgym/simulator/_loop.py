@@ -19,12 +19,12 @@ Two things make a step cheap without changing what it computes:
   tokens and the gradients added up before the optimizer steps: the same
   gradient as the padded batch (the mean over its answer tokens), without
   its padding. A random batch of 8 of the offline default's examples is
-  about a third padding, and on a CPU a padded batch also takes attention's
-  masked path: fed whole, such batches ran at a third of the tokens per
-  second (``benchmarks/sim_build.py``).
+  more than a quarter padding, and on a CPU a padded batch also takes
+  attention's masked path: fed whole, such batches ran at 0.6 of the tokens
+  per second (``benchmarks/sim_build.py``).
 - **Logits for the answer only.** Only the positions from the earliest
   answer of a micro-batch on get the output layer (``logits_to_keep``, where
-  the model takes it): the answer is a sixth of an example's tokens, and a
+  the model takes it): the answer is about a seventh of an example's tokens, and a
   small model's output layer over its whole vocabulary is a large share of
   its work.
 
@@ -170,7 +170,7 @@ def fit(
     seed: int = 0,
     max_steps: int = -1,
     warmup: float = 0.05,
-    group_by_length: bool = True,
+    group_by_length: bool = False,
     micro_batch_tokens: int | None = MICRO_BATCH_TOKENS,
     dtype: str = "auto",
     what: str = "train",
