@@ -57,7 +57,7 @@ from typing import Any
 
 import anyio
 from learning_curve import _commit
-from sim_build import _fidelity, before_template, before_training, candidate_template
+from sim_build import _fidelity, as_recorded, before_template, before_training, candidate_template
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
@@ -121,7 +121,7 @@ def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, 
     config = dataclasses.replace(before_training(), loop=loop, group_by_length=grouped, epochs=epochs)
     template = before_template() if template_kind == "system" else candidate_template()
     target = out / f"model-{name}"
-    wanted = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    wanted = as_recorded(config)
     if read_metadata(target).get("config") != wanted:
         which = "before" if template_kind == "system" else "after"  # sim_build.py's examples of each template
         train_experience_model(examples[which], target, config, template=template)

@@ -336,8 +336,13 @@ def default_build(builds: dict[str, Any]) -> str | None:
     """Which of the builds is the offline default's recipe (``DEFAULT_TRAINING``), by its training config."""
     from dreamgym.jobs.sim_default import DEFAULT_TRAINING
 
-    wanted = json.loads(json.dumps(dataclasses.asdict(DEFAULT_TRAINING), default=str))
+    wanted = as_recorded(DEFAULT_TRAINING)
     return next((name for name, build in builds.items() if build["config"] == wanted), None)
+
+
+def as_recorded(config: Any) -> Any:
+    """A training config as a model's metadata and the results file record it (JSON, paths as strings)."""
+    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
 
 
 def _builds(
@@ -357,9 +362,8 @@ def _builds(
         target = args.out / f"model-{name}"
         template = before_template() if name == "before" else candidate_template()
         known = _recall(args.out, f"{name}_train_s")
-        if known is not None and read_metadata(target).get("config") == json.loads(
-            json.dumps(dataclasses.asdict(config), default=str)
-        ):  # built by an earlier run of the same recipe: its time is kept beside it
+        # built by an earlier run of the same recipe: its time is kept beside it
+        if known is not None and read_metadata(target).get("config") == as_recorded(config):
             train_s = known
         else:
             began = time.perf_counter()

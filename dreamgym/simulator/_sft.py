@@ -40,6 +40,7 @@ from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour, Rep
 from dreamgym.core.state import diff_states
 from dreamgym.core.types import Step, Task, decode_record
 from dreamgym.replay.embedders import transition_text
+from dreamgym.simulator._loop import MICRO_BATCH_TOKENS
 from dreamgym.simulator._retrieval import embed_queries
 from dreamgym.simulator._templates import TemplateConfig, answer_text
 
@@ -118,7 +119,7 @@ class SimTrainConfig:
     cost it no padding; grouping changes which examples share a step, and on the offline default's data it cost
     fidelity (``benchmarks/results/sim_ablation.json``). TRL's loop pads a random batch (a third of the offline
     default's batches of 8)."""
-    micro_batch_tokens: int | None = 4096
+    micro_batch_tokens: int | None = MICRO_BATCH_TOKENS
     """The plain loop feeds each batch in micro-batches of like length of at most this many tokens (padding
     included) and adds up their gradients: the batch's gradient without its padding
     (:func:`~dreamgym.simulator._loop.micro_batches`). Larger suits a GPU; ``None`` feeds each batch whole,
