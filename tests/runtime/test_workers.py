@@ -41,7 +41,12 @@ def cluster() -> Iterator[None]:
 
 
 class KillsAWorker:
-    """The demonstrator, which SIGKILLs worker 0's process before its ``kill_at``-th decision."""
+    """The demonstrator, which SIGKILLs worker 0's process before its ``kill_at``-th decision.
+
+    Once the pool has begun replacing the dead worker, each decision waits for the replacement to be up: else, on
+    a slow machine, the other worker can take every remaining group while the new one starts its browser, and
+    nothing would show that the replacement serves episodes.
+    """
 
     def __init__(self, workers: RayWorkers, kill_at: int) -> None:
         self.inner = MiniWobDemonstrator()
@@ -56,6 +61,10 @@ class KillsAWorker:
         if self.decisions == self.kill_at:
             self.killed = self.workers.pids[0]
             os.kill(self.killed, signal.SIGKILL)
+        elif self.workers.replaced:
+            with anyio.fail_after(120):
+                while self.workers.pids[0] in (0, self.killed):
+                    await anyio.sleep(0.05)
         return await self.inner.act(task, history, observation)
 
 
