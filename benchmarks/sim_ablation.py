@@ -28,7 +28,7 @@ loop feeds batches in micro-batches of like length since 2026-12-02: the
 same gradients as the padded batches it fed whole when the rows committed
 before then were trained.
 
-Variants (loop, batches, template, epochs):
+Variants (loop, batches, template, epochs, precision):
 
 - ``trl-random-system``: the default's recipe (2 epochs);
 - ``plain-random-system``: the loop alone changed;
@@ -37,7 +37,10 @@ Variants (loop, batches, template, epochs):
 - ``plain-grouped-bare``: all three, the candidate of ``d95e0fe``;
 - ``plain-random-bare-e1``, ``plain-random-bare-e1.5``: the loop and the
   template, one and one and a half epochs (the learning-rate schedule spans
-  the shorter run).
+  the shorter run);
+- ``plain-random-system-bf16``, ``plain-random-bare-bf16``: the loop (and
+  the template), the passes in bfloat16 mixed precision on a CPU with
+  bfloat16 units (float32 elsewhere: the metadata's ``precision`` says).
 
 ``--commit-results`` adds the variants run to ``benchmarks/results/sim_ablation.json``
 (each with its own date, commit and command), keeping the others there.
@@ -62,13 +65,15 @@ from sim_build import _fidelity, as_recorded, before_template, before_training, 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
 VARIANTS = {
-    "trl-random-system": ("trl", False, "system", 2.0),
-    "plain-random-system": ("plain", False, "system", 2.0),
-    "plain-grouped-system": ("plain", True, "system", 2.0),
-    "plain-random-bare": ("plain", False, "bare", 2.0),
-    "plain-grouped-bare": ("plain", True, "bare", 2.0),
-    "plain-random-bare-e1": ("plain", False, "bare", 1.0),
-    "plain-random-bare-e1.5": ("plain", False, "bare", 1.5),
+    "trl-random-system": ("trl", False, "system", 2.0, "auto"),
+    "plain-random-system": ("plain", False, "system", 2.0, "auto"),
+    "plain-grouped-system": ("plain", True, "system", 2.0, "auto"),
+    "plain-random-bare": ("plain", False, "bare", 2.0, "auto"),
+    "plain-grouped-bare": ("plain", True, "bare", 2.0, "auto"),
+    "plain-random-bare-e1": ("plain", False, "bare", 1.0, "auto"),
+    "plain-random-bare-e1.5": ("plain", False, "bare", 1.5, "auto"),
+    "plain-random-system-bf16": ("plain", False, "system", 2.0, "bfloat16"),
+    "plain-random-bare-bf16": ("plain", False, "bare", 2.0, "bfloat16"),
 }
 
 
@@ -117,8 +122,8 @@ def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, 
     """The variant's model directory (trained here unless this script trained it before) and its figures."""
     from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
 
-    loop, grouped, template_kind, epochs = VARIANTS[name]
-    config = dataclasses.replace(before_training(), loop=loop, group_by_length=grouped, epochs=epochs)
+    loop, grouped, template_kind, epochs, dtype = VARIANTS[name]
+    config = dataclasses.replace(before_training(), loop=loop, group_by_length=grouped, epochs=epochs, dtype=dtype)
     template = before_template() if template_kind == "system" else candidate_template()
     target = out / f"model-{name}"
     wanted = as_recorded(config)
@@ -130,6 +135,7 @@ def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, 
         "loop": loop,
         "grouped": grouped,
         "epochs": epochs,
+        "precision": meta.get("precision", "float32"),
         "template": template.template_id,
         "digest": weights_digest(target),
         "train_loss": meta.get("train_loss"),

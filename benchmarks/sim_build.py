@@ -6,24 +6,25 @@ On the offline default's own data (collected once into ``--out``: its 18
 MiniWoB++ tasks × seeds 0–23, and the held-out seeds 1000–1009 to score on),
 it measures, as JSON lines, each against a baseline from the same run:
 
-1. **examples**: built as before (the template's system message, every
-   retrieval query embedded again) and as now (no system message, the
-   store's own embeddings reused), each timed; the tokens of an epoch of
-   each; the share of no-op examples before and after
-   :func:`~dreamgym.jobs.sim_default.balance`;
+1. **examples**: built as before (every retrieval query embedded again)
+   and as now (the store's own embeddings reused), each timed, each with its
+   recipe's template; the tokens of an epoch of each; the share of no-op
+   examples before and after :func:`~dreamgym.jobs.sim_default.balance`;
 2. **profile** (``--profile-steps`` optimizer steps each on the examples as
    before, the default model's size, a fresh model each): tokens per second
    of the same model's bare forward and backward on packed 8 × 512 batches
    (the ceiling), of TRL's ``SFTTrainer`` loop with random and with
    length-grouped batches, of dreamgym's plain loop
-   (``SimTrainConfig.loop="plain"``) with both, and of the plain loop on one
-   thread, with each loop's padding share;
+   (``SimTrainConfig.loop="plain"``) with both, with the shared system
+   message fed with each row instead of once, in bfloat16 mixed precision,
+   and on one thread, with each loop's padding share;
 3. **builds**: the offline default's recipe, "before" (:func:`before_template`,
    :func:`before_training`: TRL's loop, random batches, the template with its
    system message; frozen here), and the faster candidate, "after"
-   (:func:`candidate_template`, :func:`candidate_training`: no system
-   message, dreamgym's plain loop, random batches fed in micro-batches of
-   like length), each timed; a build's time is collection with the embedding
+   (:func:`candidate_template`, :func:`candidate_training`: the same
+   template and batches, dreamgym's plain loop in bfloat16 mixed precision,
+   the system message run once per micro-batch), each timed; a build's time
+   is collection with the embedding
    of every step (timed once: the same for both) + its example building +
    its training; ``default`` in the results names the build whose recipe is
    ``DEFAULT_TRAINING`` at the commit that ran;
@@ -146,9 +147,9 @@ def _recall(out: Path, key: str) -> float | None:
 
 
 async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    """The default's SFT examples as built before (the template with its system message, every query embedded
-    again) and as now (no system message, the store's own embeddings reused), each timed, balanced. Also how many
-    differ but for the system message (only where neighbours tie), their tokens and the share of no-op steps."""
+    """The default's SFT examples as built before (every query embedded again) and as now (the store's own
+    embeddings reused), each with its recipe's template, timed, balanced. Also how many differ in their query (only
+    where neighbours tie), their tokens and the share of no-op steps."""
     from dreamgym.jobs.sim_default import (
         DEFAULT_TASKS,
         HELD_OUT_SEEDS,
@@ -159,8 +160,11 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     from dreamgym.simulator import build_sft_examples
 
     cached = out / "examples.pickle"  # built from the same stores every time: kept between runs of the script
+    templates = {"before": before_template().template_id, "after": candidate_template().template_id}
     if cached.exists():
-        return pickle.loads(cached.read_bytes())  # type: ignore[no-any-return]
+        kept, figures = pickle.loads(cached.read_bytes())
+        if figures.get("templates") == templates:
+            return kept, figures
     held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
     seconds = {}
     built = {}
@@ -179,6 +183,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     found = (
         kept,
         {
+            "templates": templates,
             "examples_before_s": round(seconds["before"], 1),
             "examples_s": round(seconds["after"], 1),
             "examples_differing": differing,
@@ -222,15 +227,24 @@ def _profile(examples: list[Any], steps: int, rows: list[dict[str, Any]]) -> dic
     """Tokens per second of each loop over ``steps`` optimizer steps, against bare forward+backward (packed)."""
     import torch
 
+    from dreamgym.core.devices import cpu_has_bfloat16
+
     threads = torch.get_num_threads()
     bare = _bare_tokens_per_second(examples, steps)
     figures: dict[str, Any] = {"threads": threads, "bare_packed_tokens_per_s": round(bare, 1)}
+    if cpu_has_bfloat16():
+        mixed = _bare_tokens_per_second(examples, steps, bfloat16=True)
+        figures["bare_packed_bfloat16_tokens_per_s"] = round(mixed, 1)
+        report.emit("tokens/s, bare forward+backward in bfloat16", mixed, "tokens/s", "the same in float32", bare,
+                    steps=steps)  # fmt: skip
     loops = {
         "trl random": dict(loop="trl", group_by_length=False),
         "trl grouped": dict(loop="trl", group_by_length=True),
         "plain random, whole batches": dict(loop="plain", group_by_length=False, micro_batch_tokens=None),
         "plain random": dict(loop="plain", group_by_length=False),
+        "plain random, prefix with each row": dict(loop="plain", group_by_length=False, share_prefix=False),
         "plain grouped": dict(loop="plain", group_by_length=True),
+        "plain random, bfloat16": dict(loop="plain", group_by_length=False, dtype="bfloat16"),
     }
     for name, change in loops.items():
         config = dataclasses.replace(before_training(), max_steps=steps, **change)
@@ -265,11 +279,15 @@ def _short_run(examples: list[Any], config: Any) -> dict[str, Any]:
         "seconds_with_setup": round(seconds, 1),
         "tokens_per_s": meta["tokens_per_second"],
         "padding_share": meta.get("padding_share"),
+        "precision": meta.get("precision", "float32"),
     }
 
 
-def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
-    """The default model's forward and backward (and an AdamW step) on packed 8 × 512 batches of the examples' text."""
+def _bare_tokens_per_second(examples: list[Any], steps: int, *, bfloat16: bool = False) -> float:
+    """The default model's forward and backward (and an AdamW step) on packed 8 × 512 batches of the examples' text;
+    ``bfloat16``: the passes under the CPU's bfloat16 autocast, as the plain loop's ``dtype="bfloat16"``."""
+    import contextlib
+
     import torch
 
     from dreamgym.simulator._sft import scratch_model, train_tokenizer
@@ -282,8 +300,14 @@ def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
         stream += tokenizer(text)["input_ids"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
+
+    def passes() -> Any:
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext()
+
     batch = torch.tensor(stream[: 8 * 512]).view(8, 512)
-    model(input_ids=batch, labels=batch).loss.backward()  # warm-up
+    with passes():
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()  # warm-up
     optimizer.zero_grad()
     began = time.perf_counter()
     for n in range(steps):
@@ -291,7 +315,9 @@ def _bare_tokens_per_second(examples: list[Any], steps: int) -> float:
         if len(chunk) < 8 * 512:
             chunk = stream[: 8 * 512]
         batch = torch.tensor(chunk).view(8, 512)
-        model(input_ids=batch, labels=batch).loss.backward()
+        with passes():
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad()
     return 8 * 512 * steps / (time.perf_counter() - began)
@@ -317,19 +343,22 @@ def before_training() -> Any:
 
 
 def candidate_template() -> Any:
-    """The faster candidate's prompt: the default's without its system message."""
-    return dataclasses.replace(before_template(), instructions=False)
+    """The faster candidate's prompt: the default's, system message included. Without it (``instructions=False``,
+    a third fewer tokens) every build so far scored lower on reward where the page changed; the candidate's loop
+    runs the message once per micro-batch instead."""
+    return before_template()
 
 
 def candidate_training() -> Any:
     """The faster candidate's training: dreamgym's plain loop, random batches fed in micro-batches of like length
-    (the random batch's gradient without its padding), logits for the answer only.
+    (the random batch's gradient without its padding), logits for the answer only, the system message run once per
+    micro-batch (``share_prefix``), the passes in bfloat16 mixed precision where the CPU has bfloat16 units.
 
     Length-grouped batches pad least, but, one change at a time on the same
     held-out steps (``benchmarks/results/sim_ablation.json``), they are what
     cost an earlier candidate its fidelity; the micro-batches take the padding
     out of random batches instead."""
-    return dataclasses.replace(before_training(), loop="plain")
+    return dataclasses.replace(before_training(), loop="plain", dtype="bfloat16", share_prefix=True)
 
 
 def default_build(builds: dict[str, Any]) -> str | None:

@@ -22,7 +22,16 @@ from runtime_helpers import NAMES, TASK, Counts, ToyBackend, ToyFormEnv, open_st
 
 from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 from dreamgym.core import ChatMessage, ConfigError, Sampling, Step
-from dreamgym.core.devices import check_device, model_device, place_given, place_loaded, resolve_device, trainer_flags
+from dreamgym.core.devices import (
+    check_device,
+    cpu_has_bfloat16,
+    mixed_precision,
+    model_device,
+    place_given,
+    place_loaded,
+    resolve_device,
+    trainer_flags,
+)
 from dreamgym.runtime import RuntimeConfig
 from dreamgym.simulator import LocalBackend, ScratchModelConfig, SimTrainConfig
 from dreamgym.simulator._loop import fit, tokenize_example
@@ -183,7 +192,10 @@ def test_auto_resolves_to_what_this_machine_has() -> None:
     found = resolve_device("auto")
     assert found.type == ("cuda" if torch.cuda.is_available() else "cpu")
     flags = trainer_flags("cpu", "bfloat16")
-    assert flags == {"use_cpu": True, "bf16": False, "fp16": False}  # mixed precision on CUDA only
+    assert flags == {"use_cpu": True, "bf16": False, "fp16": False}  # TRL's mixed precision: on CUDA only
+    cpu = torch.device("cpu")
+    assert mixed_precision(cpu, "bfloat16") is None and mixed_precision(cpu, "float16", cpu=True) is None
+    assert mixed_precision(cpu, "bfloat16", cpu=True) == (torch.bfloat16 if cpu_has_bfloat16() else None)  # own loop
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="sees no CUDA GPU"):
             resolve_device("cuda")

@@ -27,6 +27,12 @@ Two things make a step cheap without changing what it computes:
   the model takes it): the answer is about a seventh of an example's tokens, and a
   small model's output layer over its whole vocabulary is a large share of
   its work.
+- **A shared prefix once.** Where every example's prompt starts with the
+  same tokens (a template's system message: a third of the offline
+  default's tokens), each micro-batch runs that prefix once and its rows
+  attend to its keys and values (a cache that keeps its gradient) instead of
+  each row computing them again: the same outputs and gradients, the prefix's
+  gradient the sum of its rows' (:func:`shared_prefix`; ``share_prefix``).
 
 Batches themselves are random (``group_by_length=False``) or of similar
 length (``True``, as transformers' length-grouped sampler); grouping changes
@@ -55,6 +61,7 @@ __all__ = [
     "fit",
     "length_grouped_batches",
     "micro_batches",
+    "shared_prefix",
     "tokenize_example",
 ]
 
@@ -68,6 +75,9 @@ MICRO_BATCH_TOKENS = 4096
 
 _LIKE_LENGTH = 0.8
 """A micro-batch holds examples at least this share of its longest's length (a fifth of padding at most)."""
+
+_SHORTEST_SHARED_PREFIX = 16
+"""A shared prefix shorter than this is fed with each row (running it apart would save less than it costs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +106,11 @@ class FitResult:
     padded_tokens: int
     """Tokens fed forward including padding."""
     seconds: float
+    shared_prefix: int
+    """Tokens every example starts with, run once per micro-batch (0: none shared, or ``share_prefix`` off)."""
+    precision: str
+    """What the passes ran in: the mixed precision's ``"bfloat16"`` / ``"float16"``, else the weights' own dtype
+    (``"float32"``)."""
 
 
 def tokenize_example(
@@ -159,6 +174,26 @@ def micro_batches(
     return parts
 
 
+def shared_prefix(examples: Sequence[TokenizedExample]) -> int:
+    """How many first tokens all ``examples`` share within their prompts, short of each prompt's last token.
+
+    The last prompt token stays with the rows: its position predicts the
+    answer's first token, so every position the loss reads is a row's own.
+    0 when fewer than :data:`_SHORTEST_SHARED_PREFIX` are shared.
+    """
+    if not examples:
+        return 0
+    first = examples[0].input_ids
+    shared = min(e.prompt_length for e in examples) - 1
+    for example in examples[1:]:
+        ids = example.input_ids
+        n = 0
+        while n < shared and ids[n] == first[n]:
+            n += 1
+        shared = n
+    return shared if shared >= _SHORTEST_SHARED_PREFIX else 0
+
+
 def fit(
     model: Any,
     examples: Sequence[TokenizedExample],
@@ -172,6 +207,7 @@ def fit(
     warmup: float = 0.05,
     group_by_length: bool = False,
     micro_batch_tokens: int | None = MICRO_BATCH_TOKENS,
+    share_prefix: bool = True,
     dtype: str = "auto",
     what: str = "train",
 ) -> FitResult:
@@ -180,11 +216,14 @@ def fit(
     ``epochs`` may be fractional (the steps are rounded up); ``max_steps``
     (> 0) stops sooner. Each batch is fed in micro-batches of at most
     ``micro_batch_tokens`` (:func:`micro_batches`; ``None``: whole, padded),
-    the gradient the batch's.
+    the gradient the batch's. ``share_prefix``: a prefix every example shares
+    (:func:`shared_prefix`) runs once per micro-batch, where the model takes a
+    cache (transformers' ``cache``).
     ``dtype`` ``bfloat16`` or ``float16`` runs the passes
     on CUDA in mixed precision (autocast over the weights, the loss scaled for
-    ``float16``; :func:`~dreamgym.core.devices.mixed_precision`); otherwise they
-    run in the weights' own dtype. Raises nothing of its own; a model that
+    ``float16``), ``bfloat16`` also on a CPU with bfloat16 units
+    (:func:`~dreamgym.core.devices.mixed_precision`); otherwise they run in the
+    weights' own dtype (:attr:`FitResult.precision` says which). Raises nothing of its own; a model that
     cannot take the batch raises torch's error.
     """
     import contextlib
@@ -204,12 +243,13 @@ def fit(
         plan += length_grouped_batches(lengths, batch_size, rng, grouped=group_by_length)
     plan = plan[:total]
     device = model_device(model)
-    precision = mixed_precision(device, dtype)
+    precision = mixed_precision(device, dtype, cpu=True)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.0)
     schedule = get_cosine_schedule_with_warmup(optimizer, math.ceil(warmup * total), total)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == torch.float16)
     keeps_logits = _takes_logits_to_keep(model)
+    prefix = shared_prefix(examples) if share_prefix and _takes(model, "cache") else 0
     model.train()
     began = time.perf_counter()
     loss_sum = 0.0
@@ -224,7 +264,7 @@ def fit(
                 with (
                     torch.autocast(device.type, dtype=precision) if precision is not None else contextlib.nullcontext()
                 ):
-                    loss = _answer_loss(model, inputs, keeps_logits)
+                    loss = _answer_loss(model, inputs, keeps_logits, prefix)
                 scaler.scale(loss / counted).backward()
                 summed += float(loss.detach())
                 padded += inputs["input_ids"].numel()
@@ -249,36 +289,58 @@ def fit(
         tokens=fed,
         padded_tokens=padded,
         seconds=seconds,
+        shared_prefix=prefix,
+        precision=str(precision or next(model.parameters()).dtype).removeprefix("torch."),
     )
 
 
 def _takes_logits_to_keep(model: Any) -> bool:
-    """Whether the model (under a PEFT wrapper, the model it wraps) can compute logits for its last positions
-    only (transformers' ``logits_to_keep``)."""
+    """Whether the model can compute logits for its last positions only (transformers' ``logits_to_keep``)."""
+    return _takes(model, "logits_to_keep")
+
+
+def _takes(model: Any, argument: str) -> bool:
+    """Whether the model's forward (under a PEFT wrapper, the wrapped model's) names ``argument``."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    return argument in inspect.signature(inner.forward).parameters
 
 
-def _answer_loss(model: Any, inputs: dict[str, Any], keeps_logits: bool) -> Any:
+def _answer_loss(model: Any, inputs: dict[str, Any], keeps_logits: bool, prefix: int = 0) -> Any:
     """The micro-batch's next-token loss summed over its answers' tokens.
 
     Logits are kept from the first position that predicts an answer token on
     (every row's answer ends its row; a row's prompt before that point only
     conditions), so the output layer runs on little more than the answers.
+    ``prefix``: the rows' first ``prefix`` tokens are the same (:func:`shared_prefix`); they run once, as a cache
+    the rows attend to and whose gradient sums theirs.
     """
     import torch.nn.functional as F
 
-    labels = inputs["labels"]
+    labels = inputs["labels"][:, prefix:]
     width = labels.shape[1]
     answered = (labels != IGNORE).any(dim=0).nonzero()
     start = max(int(answered[0]) - 1, 0) if len(answered) and keeps_logits else 0  # predicts the first answer token
-    extra = {"logits_to_keep": width - start} if keeps_logits else {}
-    logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], **extra).logits
+    extra: dict[str, Any] = {"logits_to_keep": width - start} if keeps_logits else {}
+    if prefix:
+        extra["cache"] = _prefix_cache(model, inputs["input_ids"][:1, :prefix], len(labels), keeps_logits)
+    ids = inputs["input_ids"][:, prefix:]
+    logits = model(input_ids=ids, attention_mask=inputs["attention_mask"], **extra).logits
     predicted = logits[:, :-1]  # position p predicts token p + 1
     targets = labels[:, start + 1 :]
     return F.cross_entropy(
         predicted.reshape(-1, predicted.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE, reduction="sum"
     )
+
+
+def _prefix_cache(model: Any, prefix_ids: Any, rows: int, keeps_logits: bool) -> Any:
+    """The shared prefix run once: each layer's keys and values, as a cache of ``rows`` rows that keeps the graph
+    (the rows' gradients flow back through it, summed)."""
+    from transformers import DynamicCache
+
+    extra = {"logits_to_keep": 1} if keeps_logits else {}
+    cache = model(input_ids=prefix_ids, use_cache=True, **extra).cache
+    layers = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in cache.layers]
+    return DynamicCache(ddp_cache_data=layers)
 
 
 def _collate(rows: Sequence[TokenizedExample], pad_id: int, device: Any) -> dict[str, Any]:

@@ -124,6 +124,10 @@ class SimTrainConfig:
     included) and adds up their gradients: the batch's gradient without its padding
     (:func:`~dreamgym.simulator._loop.micro_batches`). Larger suits a GPU; ``None`` feeds each batch whole,
     padded."""
+    share_prefix: bool = True
+    """The plain loop runs the tokens every example's prompt starts with (the template's system message) once per
+    micro-batch instead of once per example: the same gradients (:func:`~dreamgym.simulator._loop.shared_prefix`);
+    ``False`` feeds each example whole."""
     loop: str = "plain"
     """``"plain"``: dreamgym's own supervised loop (:mod:`dreamgym.simulator._loop`: micro-batches without
     padding, logits for the answer only; about three times TRL's tokens per second on a CPU:
@@ -134,7 +138,9 @@ class SimTrainConfig:
     plain loop; TRL's trains on the first GPU it sees) or ``mps``."""
     dtype: str = "auto"
     """The passes' precision: ``auto`` (the weights as loaded, float32 on the CPU), ``float32``, or ``bfloat16`` /
-    ``float16``: mixed precision over the weights as loaded, on CUDA only (the CPU trains in float32)."""
+    ``float16``: mixed precision over the weights as loaded, on CUDA, and ``bfloat16`` also on a CPU with
+    bfloat16 units in the plain loop (twice float32's speed on the offline default's model; elsewhere the CPU
+    trains in float32). The model's metadata records what the passes ran in (``precision``)."""
 
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.batch_size < 1:
@@ -432,15 +438,17 @@ def _train_plain(
     result = fit(
         model, rows, pad_id=tokenizer.pad_token_id, epochs=config.epochs, batch_size=config.batch_size,
         learning_rate=config.lr, seed=config.seed, max_steps=config.max_steps,
-        group_by_length=config.group_by_length, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype,
-        what=what,
+        group_by_length=config.group_by_length, micro_batch_tokens=config.micro_batch_tokens,
+        share_prefix=config.share_prefix, dtype=config.dtype, what=what,
     )  # fmt: skip
     figures = {
         "train_loss": result.loss,
         "train_steps": result.steps,
         "train_tokens": result.tokens,
         "padding_share": round(1 - result.tokens / max(result.padded_tokens, 1), 4),
+        "shared_prefix_tokens": result.shared_prefix,
         "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 1),
+        "precision": result.precision,
     }
     return model, len(rows), dropped, figures
 

@@ -17,11 +17,13 @@ from dreamgym.replay import LmdbReplayStore, StoreConfig
 from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
 from dreamgym.simulator._loop import (
     IGNORE,
+    TokenizedExample,
     _answer_loss,
     _collate,
     fit,
     length_grouped_batches,
     micro_batches,
+    shared_prefix,
     tokenize_example,
 )
 from dreamgym.simulator._sft import (
@@ -95,7 +97,7 @@ async def _tiny_rows(tmp_path: Path) -> tuple[Any, list[Any]]:
     return tokenizer, [tokenize_example(tokenizer, *_conversation(e)) for e in examples]
 
 
-async def test_answer_logits_alone_give_the_loss_of_the_whole_output(tmp_path: Path) -> None:
+async def test_answer_logits_alone_and_a_prefix_run_once_give_the_loss_of_the_whole_output(tmp_path: Path) -> None:
     import torch
 
     tokenizer, rows = await _tiny_rows(tmp_path)
@@ -105,6 +107,21 @@ async def test_answer_logits_alone_give_the_loss_of_the_whole_output(tmp_path: P
     answered = _answer_loss(model, inputs, keeps_logits=True)
     assert torch.allclose(answered, _answer_loss(model, inputs, keeps_logits=False), rtol=1e-5)
     assert torch.allclose(answered, whole, rtol=1e-5)
+    prefix = shared_prefix(rows)
+    assert prefix > 16 and all(row.input_ids[:prefix] == rows[0].input_ids[:prefix] for row in rows)
+    for keeps in (True, False):
+        assert torch.allclose(_answer_loss(model, inputs, keeps_logits=keeps, prefix=prefix), whole, rtol=1e-5)
+
+
+def test_the_shared_prefix_stops_before_the_shortest_prompts_last_token() -> None:
+    def row(ids: list[int], prompt: int) -> TokenizedExample:
+        return TokenizedExample(input_ids=tuple(ids), prompt_length=prompt)
+
+    same = list(range(40))
+    assert shared_prefix([row([*same, 1, 2], 41), row([*same, 3], 40)]) == 39  # the prompt's last token stays
+    assert shared_prefix([row([*same[:30], 99, *same[31:]], 40), row(same, 40)]) == 30  # they part at 30
+    assert shared_prefix([row(same, 12), row(same, 40)]) == 0  # shorter than worth running apart
+    assert shared_prefix([row([5, *same], 41), row(same, 40)]) == 0 and shared_prefix([]) == 0
 
 
 async def test_micro_batched_steps_train_the_weights_the_padded_batches_would(tmp_path: Path) -> None:
@@ -124,6 +141,7 @@ async def test_micro_batched_steps_train_the_weights_the_padded_batches_would(tm
     rng = random.Random(5)  # fit's plan: two epochs of random batches from its seed
     plan = [batch for _ in range(2) for batch in length_grouped_batches(lengths, 8, rng, grouped=False)]
     assert result.steps == len(plan) == 6
+    assert result.shared_prefix == shared_prefix(rows) > 16  # the template's system message ran once per micro-batch
     assert result.padded_tokens < sum(max(lengths[i] for i in batch) * len(batch) for batch in plan)
 
     optimizer = torch.optim.AdamW(reference.parameters(), lr=3e-3, weight_decay=0.0)
@@ -140,6 +158,37 @@ async def test_micro_batched_steps_train_the_weights_the_padded_batches_would(tm
         assert torch.allclose(a, b, atol=2e-5), name
         moved += int(not torch.equal(a, start.get_parameter(name)))
     assert moved > 10  # the steps changed the weights
+
+
+async def test_bfloat16_on_the_cpu_runs_the_passes_in_bfloat16_over_float32_weights(tmp_path: Path) -> None:
+    """Six real optimizer steps with ``dtype="bfloat16"``: where the CPU has bfloat16 units the layers compute in
+    bfloat16 (autocast) and the weights stay float32, moving as the float32 run's do, to bfloat16's precision;
+    elsewhere the run is float32's, step for step."""
+    import torch
+
+    from dreamgym.core.devices import cpu_has_bfloat16
+
+    tokenizer, rows = await _tiny_rows(tmp_path)
+    start, full, mixed = (scratch_model(tokenizer, TINY, seed=3) for _ in range(3))
+    seen: set[torch.dtype] = set()
+    mixed.model.layers[0].mlp.down_proj.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    settings = {"pad_id": tokenizer.pad_token_id, "epochs": 2, "batch_size": 8, "learning_rate": 3e-3, "seed": 5}
+    reference = fit(full, rows, **settings)
+    result = fit(mixed, rows, dtype="bfloat16", **settings)
+    assert reference.precision == "float32"
+    assert all(p.dtype == torch.float32 for p in mixed.parameters())
+    native = cpu_has_bfloat16()
+    assert result.precision == ("bfloat16" if native else "float32")
+    assert seen == ({torch.bfloat16} if native else {torch.float32})
+    for (name, a), b in zip(mixed.named_parameters(), full.parameters(), strict=True):
+        before = start.get_parameter(name)
+        if native:  # the same direction, not the same bits
+            step_a, step_b = (a - before).flatten(), (b - before).flatten()
+            if step_b.norm() > 0:
+                assert torch.nn.functional.cosine_similarity(step_a, step_b, dim=0) > 0.9, name
+        else:
+            assert torch.equal(a, b), name
+    assert abs(result.loss - reference.loss) < 0.05 * reference.loss
 
 
 async def test_fit_lowers_the_answer_loss_of_a_scratch_model(tmp_path: Path) -> None:
