@@ -217,8 +217,8 @@ def fit(
     (> 0) stops sooner. Each batch is fed in micro-batches of at most
     ``micro_batch_tokens`` (:func:`micro_batches`; ``None``: whole, padded),
     the gradient the batch's. ``share_prefix``: a prefix every example shares
-    (:func:`shared_prefix`) runs once per micro-batch, where the model takes a
-    cache (transformers' ``cache``).
+    (:func:`shared_prefix`) runs once per micro-batch, where the model keeps a
+    plain cache of keys and values (transformers' ``cache``).
     ``dtype`` ``bfloat16`` or ``float16`` runs the passes
     on CUDA in mixed precision (autocast over the weights, the loss scaled for
     ``float16``), ``bfloat16`` also on a CPU with bfloat16 units
@@ -249,7 +249,9 @@ def fit(
     schedule = get_cosine_schedule_with_warmup(optimizer, math.ceil(warmup * total), total)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == torch.float16)
     keeps_logits = _takes_logits_to_keep(model)
-    prefix = shared_prefix(examples) if share_prefix and _takes(model, "cache") else 0
+    prefix = shared_prefix(examples) if share_prefix else 0
+    if prefix and not _caches_plainly(model, examples[0].input_ids[:prefix], device):
+        prefix = 0
     model.train()
     began = time.perf_counter()
     loss_sum = 0.0
@@ -303,6 +305,22 @@ def _takes(model: Any, argument: str) -> bool:
     """Whether the model's forward (under a PEFT wrapper, the wrapped model's) names ``argument``."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     return argument in inspect.signature(inner.forward).parameters
+
+
+def _caches_plainly(model: Any, prefix: Sequence[int], device: Any) -> bool:
+    """Whether the model keeps its keys and values in a plain full-attention cache (transformers' ``cache``, every
+    layer a ``DynamicLayer``): only then do rows attend to a prefix run apart as they would to their own
+    (a sliding window, a recurrent state or an older cache argument: the prefix is fed with each row)."""
+    import torch
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    if not _takes(model, "cache"):
+        return False
+    with torch.no_grad():
+        cache = model(input_ids=torch.tensor([list(prefix)], device=device), use_cache=True).cache
+    layers = list(getattr(cache, "layers", None) or ())
+    return isinstance(cache, DynamicCache) and bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def _answer_loss(model: Any, inputs: dict[str, Any], keeps_logits: bool, prefix: int = 0) -> Any:

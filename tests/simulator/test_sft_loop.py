@@ -160,6 +160,30 @@ async def test_micro_batched_steps_train_the_weights_the_padded_batches_would(tm
     assert moved > 10  # the steps changed the weights
 
 
+async def test_a_model_with_a_sliding_window_cache_feeds_the_prefix_with_each_row(tmp_path: Path) -> None:
+    """Rows may attend to a prefix run apart only through a plain full-attention cache: a sliding-window model
+    (Mistral, a window shorter than the prefix) gets the prefix with each row, and trains as without sharing."""
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    tokenizer, rows = await _tiny_rows(tmp_path)
+    assert shared_prefix(rows) > 8
+
+    def model() -> Any:
+        torch.manual_seed(3)
+        return MistralForCausalLM(MistralConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, sliding_window=8, pad_token_id=tokenizer.pad_token_id,
+        ))  # fmt: skip
+
+    settings = {"pad_id": tokenizer.pad_token_id, "epochs": 1, "batch_size": 8, "learning_rate": 3e-3, "max_steps": 2}
+    shared, whole = model(), model()
+    assert fit(shared, rows, **settings).shared_prefix == 0
+    assert fit(whole, rows, share_prefix=False, **settings).shared_prefix == 0
+    for a, b in zip(shared.parameters(), whole.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 async def test_bfloat16_on_the_cpu_runs_the_passes_in_bfloat16_over_float32_weights(tmp_path: Path) -> None:
     """Six real optimizer steps with ``dtype="bfloat16"``: where the CPU has bfloat16 units the layers compute in
     bfloat16 (autocast) and the weights stay float32, moving as the float32 run's do, to bfloat16's precision;
@@ -170,8 +194,8 @@ async def test_bfloat16_on_the_cpu_runs_the_passes_in_bfloat16_over_float32_weig
 
     tokenizer, rows = await _tiny_rows(tmp_path)
     start, full, mixed = (scratch_model(tokenizer, TINY, seed=3) for _ in range(3))
-    seen: set[torch.dtype] = set()
-    mixed.model.layers[0].mlp.down_proj.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    seen: list[torch.dtype] = []
+    mixed.model.layers[0].mlp.down_proj.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
     settings = {"pad_id": tokenizer.pad_token_id, "epochs": 2, "batch_size": 8, "learning_rate": 3e-3, "seed": 5}
     reference = fit(full, rows, **settings)
     result = fit(mixed, rows, dtype="bfloat16", **settings)
@@ -179,7 +203,8 @@ async def test_bfloat16_on_the_cpu_runs_the_passes_in_bfloat16_over_float32_weig
     assert all(p.dtype == torch.float32 for p in mixed.parameters())
     native = cpu_has_bfloat16()
     assert result.precision == ("bfloat16" if native else "float32")
-    assert seen == ({torch.bfloat16} if native else {torch.float32})
+    passes = seen[1:]  # the first: fit's look, without gradients, at how the model caches the shared prefix
+    assert len(passes) >= result.steps and set(passes) == ({torch.bfloat16} if native else {torch.float32})
     for (name, a), b in zip(mixed.named_parameters(), full.parameters(), strict=True):
         before = start.get_parameter(name)
         if native:  # the same direction, not the same bits
