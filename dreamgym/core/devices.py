@@ -135,8 +135,9 @@ def mixed_precision(device: torch.device, dtype: str, *, cpu: bool = False) -> t
 
     ``cpu``: the training loop can also run ``bfloat16`` on the CPU (dreamgym's plain loop; TRL's trainers
     cannot) and does where the CPU computes in bfloat16 natively (:func:`cpu_has_bfloat16`): on a 2-core
-    AVX-512 machine a small model's forward and backward ran at twice float32's tokens per second
-    (``benchmarks/sim_build.py``). Elsewhere the CPU trains in float32 (emulated bfloat16 is slower).
+    AVX-512 BF16 machine the offline default's model ran its bare forward and backward at 1.5 times float32's
+    tokens per second, the plain loop at 1.2 times (``benchmarks/sim_build.py``). Elsewhere the CPU trains in
+    float32 (emulated bfloat16 is slower).
 
     Raises:
         ConfigError: The setting is none of :data:`DTYPES`.

@@ -11,7 +11,7 @@ schedule after a short warm-up and gradients clipped at 1 (the Trainer's
 defaults). It trains whatever model it is given, a PEFT-wrapped one
 included, on that model's device.
 
-Two things make a step cheap without changing what it computes:
+Three things make a step cheap without changing what it computes:
 
 - **Micro-batches of like length.** A batch's examples, sorted by length,
   are fed in micro-batches of about one length (:func:`micro_batches`), each

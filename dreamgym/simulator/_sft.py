@@ -139,7 +139,7 @@ class SimTrainConfig:
     dtype: str = "auto"
     """The passes' precision: ``auto`` (the weights as loaded, float32 on the CPU), ``float32``, or ``bfloat16`` /
     ``float16``: mixed precision over the weights as loaded, on CUDA, and ``bfloat16`` also on a CPU with
-    bfloat16 units in the plain loop (twice float32's speed on the offline default's model; elsewhere the CPU
+    bfloat16 units in the plain loop (1.2 times float32's speed on the offline default's; elsewhere the CPU
     trains in float32). The model's metadata records what the passes ran in (``precision``)."""
 
     def __post_init__(self) -> None:
