@@ -60,7 +60,7 @@ from typing import Any
 
 import anyio
 from learning_curve import _commit
-from sim_build import _fidelity, as_recorded, before_template, before_training, candidate_template
+from sim_build import _fidelity, as_recorded, before_template, before_training
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
@@ -118,18 +118,32 @@ def main() -> int:
     return 0
 
 
+def bare_template() -> Any:
+    """The default's template without its system message (``instructions=False``, id suffix ``:bare``)."""
+    return dataclasses.replace(before_template(), instructions=False)
+
+
+def _without_system_message(examples: list[Any]) -> list[Any]:
+    """The examples as the bare template prompts: the same queries (from the store's own embeddings, as
+    ``sim_build.py``'s "after" examples), the system message left out."""
+    return [
+        dataclasses.replace(example, messages=tuple(m for m in example.messages if m.role != "system"))
+        for example in examples
+    ]
+
+
 def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, dict[str, Any]]:
     """The variant's model directory (trained here unless this script trained it before) and its figures."""
     from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
 
     loop, grouped, template_kind, epochs, dtype = VARIANTS[name]
     config = dataclasses.replace(before_training(), loop=loop, group_by_length=grouped, epochs=epochs, dtype=dtype)
-    template = before_template() if template_kind == "system" else candidate_template()
+    template = before_template() if template_kind == "system" else bare_template()
     target = out / f"model-{name}"
     wanted = as_recorded(config)
     if read_metadata(target).get("config") != wanted:
-        which = "before" if template_kind == "system" else "after"  # sim_build.py's examples of each template
-        train_experience_model(examples[which], target, config, template=template)
+        chosen = examples["before"] if template_kind == "system" else _without_system_message(examples["after"])
+        train_experience_model(chosen, target, config, template=template)
     meta = read_metadata(target)
     return target, {
         "loop": loop,
