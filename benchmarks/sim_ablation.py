@@ -26,7 +26,11 @@ starts from the default's training (``sim_build.before_training``) and
 changes what its name says. The plain
 loop feeds batches in micro-batches of like length since 2026-12-02: the
 same gradients as the padded batches it fed whole when the rows committed
-before then were trained.
+before then were trained. Since ``sim_build.py`` collects its "before" store
+with the embedder as it was, every variant trains on the "after" examples
+(the store collected with today's embedder, the one the scoring retrieves
+from); rows committed before then trained the "system" variants on the
+"before" examples (the same store, queries embedded again).
 
 Variants (loop, batches, template, epochs, precision):
 
@@ -142,7 +146,8 @@ def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, 
     target = out / f"model-{name}"
     wanted = as_recorded(config)
     if read_metadata(target).get("config") != wanted:
-        chosen = examples["before"] if template_kind == "system" else _without_system_message(examples["after"])
+        # "after": built from the store sim_build.py collected with today's embedder, which _fidelity retrieves from
+        chosen = examples["after"] if template_kind == "system" else _without_system_message(examples["after"])
         train_experience_model(chosen, target, config, template=template)
     meta = read_metadata(target)
     return target, {

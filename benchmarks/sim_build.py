@@ -114,13 +114,19 @@ def main() -> int:
 
 
 async def _collect(out: Path) -> dict[str, Any]:
-    """The default's training store and its held-out store, each collected once (timed the first time)."""
+    """The default's training store (twice: with today's embedder, and as before with :func:`embedder_before`) and
+    its held-out store, each collected once (timed the first time, the embedding of every step included)."""
     from dreamgym.jobs.sim_default import HELD_OUT_SEEDS, CollectPlan, collect_miniwob
     from dreamgym.replay import LmdbReplayStore
 
     figures: dict[str, Any] = {}
-    for name, plan in (("train", CollectPlan()), ("held_out", CollectPlan(seeds=HELD_OUT_SEEDS))):
-        async with LmdbReplayStore(out / name) as store:
+    stores = (
+        ("train", CollectPlan(), None),
+        ("train_before", CollectPlan(), embedder_before()),
+        ("held_out", CollectPlan(seeds=HELD_OUT_SEEDS), None),
+    )
+    for name, plan, embedder in stores:
+        async with LmdbReplayStore(out / name, embedder=embedder) as store:
             steps = (await store.stats()).steps.get("real", 0)
             if steps == 0:
                 began = time.perf_counter()
@@ -168,14 +174,18 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
     seconds = {}
     built = {}
-    ways = (("before", _embedding_again(), before_template()), ("after", LmdbReplayStore, candidate_template()))
-    for name, kind, template in ways:
-        async with kind(out / "train") as store:
+    ways = (
+        ("before", _embedding_again(), "train_before", embedder_before(), before_template()),
+        ("after", LmdbReplayStore, "train", None, candidate_template()),
+    )
+    for name, kind, where, embedder, template in ways:
+        async with kind(out / where, embedder=embedder) as store:
             await store.flush()
             began = time.perf_counter()
             built[name] = await build_sft_examples(store, template, exclude_task_seeds=held_out)
             seconds[name] = time.perf_counter() - began
-    # Equal but for ties: where two neighbours are equally near, float noise in a fresh embedding may pick the other.
+    # Equal but for ties: where two neighbours are equally near, float noise (here also bfloat16's rounding in the
+    # store "after" was embedded with) may pick the other.
     differing = sum(a.messages[-1] != b.messages[-1] for a, b in zip(built["before"], built["after"], strict=True))
     idle = no_op_answer()
     every = built["after"]
@@ -206,6 +216,34 @@ def _epoch_tokens(examples: list[Any]) -> int:
     texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
     tokenizer = train_tokenizer(texts, before_training().scratch.vocab_size)
     return sum(len(tokenize_example(tokenizer, *_conversation(e))) for e in examples)
+
+
+def embedder_before() -> Any:
+    """The store's embedder as the default's build ran it before (frozen here): MiniLM in float32, its texts in
+    batches of 32 in the order given, each padded to its longest."""
+    import numpy as np
+    import torch
+
+    from dreamgym.replay import MiniLMEmbedder
+
+    class MiniLMAsBefore(MiniLMEmbedder):
+        def embed_sync(self, texts: Any) -> Any:
+            with self._lock:
+                if self._model is None:
+                    self._load()
+                chunks = []
+                for start in range(0, len(texts), self.batch_size):
+                    chunk = list(texts[start : start + self.batch_size])
+                    batch = self._tokenizer(chunk, padding=True, truncation=True, max_length=self.max_length,
+                                            return_tensors="pt")  # fmt: skip
+                    with torch.inference_mode():
+                        hidden = self._model(**batch).last_hidden_state
+                    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                    chunks.append(((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)).numpy())
+            vectors = np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)
+            return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    return MiniLMAsBefore(dtype="float32")
 
 
 def _embedding_again() -> type:
@@ -401,11 +439,14 @@ def _builds(
             _remember(args.out, f"{name}_train_s", round(train_s, 1))
         meta = read_metadata(target)
         examples_s = ex["examples_before_s"] if name == "before" else ex["examples_s"]
-        build_s = (data.get("train_collect_s") or 0.0) + examples_s + train_s
+        collect_s = data.get("train_before_collect_s" if name == "before" else "train_collect_s") or 0.0
+        build_s = collect_s + examples_s + train_s
         builds[name] = {
             "model": str(target),
             "digest": weights_digest(target),
             "config": dataclasses.asdict(config),
+            "collect_s": collect_s,
+            "examples_s": examples_s,
             "train_s": round(train_s, 1),
             "build_s": round(build_s, 1),
             "train_loss": meta.get("train_loss"),
@@ -429,8 +470,10 @@ async def _fidelity(out: Path, models: dict[str, Path]) -> dict[str, Any]:
     async with LmdbReplayStore(out / "held_out", readonly=True) as real:
         steps = [s for s in await _all_steps(real) if s.source == "real"]
     tables: dict[str, dict[str, Any]] = {"all": {}, "page changed": {}}
-    async with LmdbReplayStore(out / "train") as store:  # the models keep their calls in its cache
-        for name, path in models.items():
+    for name, path in models.items():
+        where, embedder = ("train_before", embedder_before()) if name == "before" else ("train", None)
+        # each model retrieves from the store its build collected (and keeps its calls in that store's cache)
+        async with LmdbReplayStore(out / where, embedder=embedder) as store:
             model = load_experience_model(path, store=store)
             config = ValidationConfig(neighbours=model.config.template.neighbours, exclude_task_seeds=held_out)
             found = await validate(model, steps, store=store, config=config)
