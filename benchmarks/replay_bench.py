@@ -2,6 +2,7 @@
 
     python benchmarks/replay_bench.py            # full: 50k ingest, nearest at 10k and 100k
     python benchmarks/replay_bench.py --quick    # smaller sizes
+    python benchmarks/replay_bench.py --commit-results   # also write benchmarks/results/replay_bench.json
 
 Figures:
 - ``ingest_deferred``: steps/s through ``append`` (batches of 500, indexing
@@ -21,7 +22,10 @@ Figures:
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
+import json
+import shlex
 import shutil
 import sys
 import tempfile
@@ -36,7 +40,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _corpus import transitions
-from _report import emit
+from _report import emit as _emit
+from learning_curve import _commit
 
 from dreamgym.core import Step, Task, encode_record
 from dreamgym.replay import (
@@ -49,6 +54,13 @@ from dreamgym.replay import (
 )
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "bench"
+RESULTS = Path(__file__).resolve().parent / "results" / "replay_bench.json"
+ROWS: list[dict[str, Any]] = []
+
+
+def emit(*args: Any, **kwargs: Any) -> None:
+    """Print a figure's row (``_report.emit``) and keep it for the results file."""
+    ROWS.append(_emit(*args, **kwargs))
 
 
 def corpus(n: int, seed: int) -> tuple[list[Task], list[Step], list[str]]:
@@ -290,7 +302,13 @@ def main() -> None:
     parser.add_argument("--connectivity", type=int, default=AnnSettings().connectivity)
     parser.add_argument("--expansion-add", type=int, default=AnnSettings().expansion_add)
     parser.add_argument("--expansion-search", type=int, default=AnnSettings().expansion_search)
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/replay_bench.json")
     args = parser.parse_args()
+    run = {
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "command": "python " + shlex.join(["benchmarks/replay_bench.py", *sys.argv[1:]]),
+    }
     sizes = (
         [int(s) for s in args.sizes.split(",")] if args.sizes else ([2000, 25000] if args.quick else [10000, 100000])
     )
@@ -307,6 +325,9 @@ def main() -> None:
             text_minilm_sizes = [s for s in sizes if s <= (2000 if args.quick else 10000)]
             for kind in kinds:
                 run_nearest(work, text_minilm_sizes if kind == "text-minilm" else sizes, [kind], 200, ann)
+    if args.commit_results:
+        RESULTS.write_text(json.dumps({**run, "rows": ROWS}, indent=1) + "\n")
+        print(f"wrote {RESULTS}", file=sys.stderr)
 
 
 if __name__ == "__main__":

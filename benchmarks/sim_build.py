@@ -184,9 +184,9 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
             began = time.perf_counter()
             built[name] = await build_sft_examples(store, template, exclude_task_seeds=held_out)
             seconds[name] = time.perf_counter() - began
-    # Equal but for ties: where two neighbours are equally near, float noise (here also bfloat16's rounding in the
-    # store "after" was embedded with) may pick the other.
-    differing = sum(a.messages[-1] != b.messages[-1] for a, b in zip(built["before"], built["after"], strict=True))
+    # The same steps, collected twice: equal prompts but for the pages' port and where two neighbours are equally
+    # near (float noise, and bfloat16's rounding in the store "after" was embedded with, may pick the other).
+    differing = _differing_prompts(built["before"], built["after"])
     idle = no_op_answer()
     every = built["after"]
     kept = {name: balance(examples) for name, examples in built.items()}
@@ -206,6 +206,18 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     )
     cached.write_bytes(pickle.dumps(found))
     return found
+
+
+def _differing_prompts(before: list[Any], after: list[Any]) -> int:
+    """How many of ``after``'s prompts have no equal in ``before`` (as multisets, the local server's port aside):
+    the two stores hold the same episodes, not necessarily in the same order."""
+    import collections
+    import re
+
+    def prompts(examples: list[Any]) -> collections.Counter[str]:
+        return collections.Counter(re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1", e.messages[-1].content) for e in examples)
+
+    return sum((prompts(after) - prompts(before)).values())
 
 
 def _epoch_tokens(examples: list[Any]) -> int:
