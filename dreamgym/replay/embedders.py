@@ -99,8 +99,8 @@ class MiniLMEmbedder:
     :mod:`dreamgym.core.devices`); the vectors come back to the CPU.
 
     Two things make a call cheap without changing what it returns beyond
-    rounding (``benchmarks/sim_build.py`` times both on the offline default's
-    2,558 steps):
+    rounding (``benchmarks/sim_build.py`` times the two together against the
+    embedder as it was, on the offline default's 2,558 steps):
 
     - **Batches of like length.** The texts are tokenized once and batched
       longest first, so a batch pads to a length near its own texts' instead
