@@ -82,7 +82,7 @@ class DemoSettings:
     demo-size model trained in phase 2 on the seed set (:data:`DEMO_SIM_SIZE`, ``sim_epochs``)."""
     sim_epochs: float = 3.0
     """Epochs of the demo-size experience model over the seed set's examples (unused with ``sim_model``): 3 train
-    it in about 140 s on 2 cores."""
+    it in 90–150 s on 2 cores, as fast as the machine runs that day."""
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
     train_updates: int = 12
