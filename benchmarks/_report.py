@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -21,3 +27,25 @@ def emit(
     }
     print(json.dumps(row), flush=True)
     return row
+
+
+@functools.cache
+def commit() -> str:
+    """The commit the run started from (call it first), ``+dirty`` if tracked files differed from it."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], capture_output=True).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def provenance() -> dict[str, str]:
+    """What a results file records of its run: the date, :func:`commit` and the command
+    (``python benchmarks/<this script> <its arguments>``)."""
+    script = f"benchmarks/{Path(sys.argv[0]).name}"
+    return {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit(),
+        "command": "python " + shlex.join([script, *sys.argv[1:]]),
+    }

@@ -35,10 +35,8 @@ demo's figures keep their own run's date and commit.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -47,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import _report as report
-from learning_curve import _commit
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 15 * 60
@@ -64,9 +61,9 @@ def main() -> int:
         "--refresh-default", action="store_true", help="only rewrite first_run.json's default from sim_build.json"
     )
     args = parser.parse_args()
-    commit = _commit()
+    run = report.provenance()  # first: the commit the run started from
     if args.refresh_default:
-        return _refresh_default(commit)
+        return _refresh_default(run)
     base = args.keep or Path(tempfile.mkdtemp(prefix="dreamgym-first-run-"))
     base.mkdir(parents=True, exist_ok=True)
     shared = ROOT.parent / "shared"
@@ -102,9 +99,7 @@ def main() -> int:
     report.emit("first_run_total", total_s, "s", "the 15-minute target", TARGET_S, digits=1, **row)
     if args.commit_results:
         result = {
-            "date": datetime.date.today().isoformat(),
-            "commit": commit,
-            "command": "python " + shlex.join(["benchmarks/first_run.py", *sys.argv[1:]]),
+            **run,
             "target_s": TARGET_S,
             **row,
         }
@@ -184,16 +179,12 @@ def _measured_default() -> dict[str, Any]:
     }
 
 
-def _refresh_default(commit: str) -> int:
+def _refresh_default(run: dict[str, str]) -> int:
     """Rewrite the committed first run's offline-default figures from ``sim_build.json`` (nothing is run)."""
     results = ROOT / "benchmarks" / "results" / "first_run.json"
     recorded = json.loads(results.read_text())
     kept = {key: value for key, value in recorded.items() if not key.startswith("sim_default")}
-    refreshed = {
-        "date": datetime.date.today().isoformat(),
-        "commit": commit,
-        "command": "python " + shlex.join(["benchmarks/first_run.py", *sys.argv[1:]]),
-    }
+    refreshed = run
     default = _measured_default()
     results.write_text(json.dumps({**kept, **default, "sim_default_refreshed": refreshed}, indent=1) + "\n")
     print(json.dumps(default))

@@ -36,13 +36,13 @@ import json
 import logging
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _report import commit as _commit
 from _report import emit
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -342,17 +342,6 @@ def _summary(
         "diagnostics": curve["diagnostics"],
         "seconds": round(seconds, 1),
     }
-
-
-@functools.cache
-def _commit() -> str:
-    """The commit the run started from (main calls this first), ``+dirty`` if tracked files differed from it."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], capture_output=True).returncode != 0
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def _write(args: argparse.Namespace, result: dict[str, Any]) -> None:

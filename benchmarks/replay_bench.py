@@ -22,10 +22,8 @@ Figures:
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
-import shlex
 import shutil
 import sys
 import tempfile
@@ -41,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _corpus import transitions
 from _report import emit as _emit
-from learning_curve import _commit
+from _report import provenance
 
 from dreamgym.core import Step, Task, encode_record
 from dreamgym.replay import (
@@ -304,11 +302,7 @@ def main() -> None:
     parser.add_argument("--expansion-search", type=int, default=AnnSettings().expansion_search)
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/replay_bench.json")
     args = parser.parse_args()
-    run = {
-        "date": datetime.date.today().isoformat(),
-        "commit": _commit(),
-        "command": "python " + shlex.join(["benchmarks/replay_bench.py", *sys.argv[1:]]),
-    }
+    run = provenance()  # first: the commit the run started from
     sizes = (
         [int(s) for s in args.sizes.split(",")] if args.sizes else ([2000, 25000] if args.quick else [10000, 100000])
     )

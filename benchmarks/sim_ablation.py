@@ -54,16 +54,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import pickle
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
-from learning_curve import _commit
+from _report import provenance
 from sim_build import _fidelity, as_recorded, before_template, before_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,11 +93,7 @@ def main() -> int:
     if not cached.exists():
         parser.error(f"no examples at {cached}: run benchmarks/sim_build.py --profile-only --out {args.out} first")
     examples, _ = pickle.loads(cached.read_bytes())
-    run = {
-        "date": datetime.date.today().isoformat(),
-        "commit": _commit(),
-        "command": "python " + shlex.join(["benchmarks/sim_ablation.py", *sys.argv[1:]]),
-    }
+    run = provenance()
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results["note"] = "fidelity and training loss only: the trainings may share the machine, so no timings"
     variants = results.setdefault("variants", {})

@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import pickle
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -52,7 +50,6 @@ from typing import Any
 
 import _report as report
 import anyio
-from learning_curve import _commit
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_build.json"
@@ -71,11 +68,7 @@ def main() -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     rows: list[dict[str, Any]] = []
-    results: dict[str, Any] = {
-        "date": datetime.date.today().isoformat(),
-        "commit": _commit(),
-        "command": "python " + shlex.join(["benchmarks/sim_build.py", *sys.argv[1:]]),
-    }
+    results: dict[str, Any] = report.provenance()
     data = anyio.run(_collect, args.out)
     results["data"] = data
     examples, example_figures = anyio.run(_examples, args.out)

@@ -26,11 +26,9 @@ date, the commit and the command.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
 import os
-import shlex
 import sys
 import tempfile
 import time
@@ -41,7 +39,6 @@ from typing import Any
 
 import _report as report
 import anyio
-from learning_curve import _commit
 
 from dreamgym.bridge import MiniWobDemonstrator, miniwob_tasks
 from dreamgym.core import Environment
@@ -73,9 +70,7 @@ def main() -> int:
         ray.shutdown()
     if args.commit_results:
         results = {
-            "date": datetime.date.today().isoformat(),
-            "commit": _commit(),
-            "command": "python " + shlex.join(["benchmarks/workers_bench.py", *sys.argv[1:]]),
+            **report.provenance(),
             "cpus": os.cpu_count(),
             "rows": rows,
         }
