@@ -162,6 +162,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         learning_rate=settings.learning_rate,
         real_share=settings.real_share,
         sim_trust=settings.sim_trust,
+        step_cost=settings.step_cost,
         resample_flat=2,  # a group whose episodes all scored alike teaches nothing: play it again as other draws
         seed=settings.seed,
         report_to=settings.report_to,

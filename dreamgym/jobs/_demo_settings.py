@@ -95,6 +95,10 @@ class DemoSettings:
     steps (an episode ended or a reward was paid) are this often right (``TrainConfig.sim_trust``); until then
     the group is played on real pages. 0 trusts it from the start: a policy then learns whatever the demo-size
     simulator pays for wrongly (on these tasks: Submit on an untouched form) and gets worse on real pages."""
+    step_cost: float = 0.0
+    """Taken from an episode's outcome reward per step it took, in training only (``TrainConfig.step_cost``): of
+    two wins the shorter is taught, and a step that does nothing (a scroll on a page that does not scroll) costs
+    something."""
     train_groups_per_update: int = 4
     """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
     learning_rate: float = 5e-4
@@ -135,6 +139,8 @@ class DemoSettings:
             raise ConfigError(
                 "DemoSettings.train_updates must be >= 0, train_groups_per_update >= 1, learning_rate > 0"
             )
+        if not 0.0 <= self.step_cost < 1.0:
+            raise ConfigError(f"DemoSettings.step_cost must be in [0, 1), got {self.step_cost}")
         for name in ("real_share", "sim_trust"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"DemoSettings.{name} must be in [0, 1], got {getattr(self, name)}")

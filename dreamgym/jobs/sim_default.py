@@ -86,9 +86,10 @@ reachable offline), a diff."""
 DEFAULT_TRAINING = SimTrainConfig(base="scratch", epochs=2, max_length=1536, loop="trl", group_by_length=False)
 """How the default is trained: TRL's loop, random batches. The fastest candidate measured (the same template and
 batches on dreamgym's plain loop, the system message run once per micro-batch, bfloat16 on a CPU with bfloat16 units)
-built it 3.26 times faster in one run, higher on reward and on the changed pages but 0.014 lower on termination
-(``benchmarks/sim_build.py``, ``benchmarks/results/sim_build.json``), so the default keeps this recipe until a faster
-one is as faithful on every figure."""
+built it 3.83 times faster in the latest run, collection included, but 0.031 lower on reward and lower on the changed
+pages (``benchmarks/sim_build.py``, ``benchmarks/results/sim_build.json``; an earlier run had it 3.26 times faster and
+higher on reward: two builds of one recipe differ by about 0.03), so the default keeps this recipe until a faster one
+is shown as faithful on every figure over several builds."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -78,6 +78,13 @@ class TrainConfig:
     others remain, up to this many rounds per update; a group still flat after them is kept.
     Replaced groups' transitions count as consumed (``real_steps``, ``synthetic_steps``) and
     their rewards still reach the task pool. 0 keeps every group as drawn."""
+    step_cost: float = 0.0
+    """Subtracted from an episode's outcome reward for each step it took, before the group's rewards are
+    normalised: of two episodes with one outcome the shorter then scores higher, so a group whose episodes all
+    succeed (or all fail) still teaches when their lengths differ, and a no-op taken on the way (a scroll on a page
+    that does not scroll) costs something. The task pool and the logged success figures keep the outcome alone.
+    0 rewards the outcome alone; keep ``step_cost x max_steps`` well under 1, or a short failure outscores a
+    long success."""
     lora: LoraSettings | None = field(default_factory=LoraSettings)
     """LoRA adapters through PEFT; ``None`` trains every weight."""
     real_share: float = 0.25
@@ -174,6 +181,8 @@ class TrainConfig:
                 "TrainConfig.sim_trust_window must be >= 1 and sim_trust_min_steps between 1 and the window, got "
                 f"{self.sim_trust_window} and {self.sim_trust_min_steps}"
             )
+        if not 0.0 <= self.step_cost < 1.0:
+            raise ConfigError(f"TrainConfig.step_cost must be in [0, 1), got {self.step_cost}")
         if self.learning_rate <= 0 or self.beta < 0:
             raise ConfigError("TrainConfig.learning_rate must be > 0 and beta >= 0")
 

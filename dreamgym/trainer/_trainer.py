@@ -11,8 +11,9 @@ prompt, then a completion that interleaves the policy's ids (trained) with
 the environment's answers and appended ends of turn (``env_mask`` 0, never
 trained), the policy's recorded log-probabilities (those it drew each token
 with, at its temperature, which TRL is configured to score at), and the
-episode's outcome reward. TRL normalises the rewards within each group and
-steps the optimizer; the policy's weights count is bumped after every step.
+episode's outcome reward, less ``TrainConfig.step_cost`` for each step taken.
+TRL normalises the rewards within each group and steps the optimizer; the
+policy's weights count is bumped after every step.
 
 An episode the infrastructure ended (:data:`~dreamgym.core.INFRASTRUCTURE_CUTS`)
 or that has no token record is reported with reward ``None``, which TRL 1.16
@@ -504,9 +505,10 @@ class Trainer:
     def _record(self, result: GroupResult, size: int) -> tuple[GroupResult, list[float | None], bool]:
         """Count one played group (steps, cuts, drops, the pool's value); its rewards and whether it teaches.
 
-        A reward is ``None`` where the infrastructure ended the episode or it has no
-        token record, and every reward is ``None`` in a dropped group. A group teaches
-        when it is kept and its scorable rewards are not all equal.
+        The rewards GRPO trains on are the outcomes less ``TrainConfig.step_cost`` per step
+        (the task pool records the outcomes). A reward is ``None`` where the infrastructure
+        ended the episode or it has no token record, and every reward is ``None`` in a
+        dropped group. A group teaches when it is kept and its scorable rewards are not all equal.
         """
         rollouts = list(result.rollouts)
         rewards: list[float | None] = [
@@ -522,12 +524,14 @@ class Trainer:
             self.state.dropped[why] = self.state.dropped.get(why, 0) + 1
             log.warning("group %s (%s) dropped: %s", result.group_id, result.task.task_id, why)
             return result, [None] * size, False
-        scorable = [r for r in rewards if r is not None]
-        self.pool.record_group(result.task.task_id, scorable)
+        self.pool.record_group(result.task.task_id, [r for r in rewards if r is not None])
+        cost = self.config.step_cost
+        trained = [None if r is None else r - cost * len(rollouts[n].steps) for n, r in enumerate(rewards)]
+        scorable = [r for r in trained if r is not None]
         teaches = max(scorable) - min(scorable) > 1e-9
         if not teaches:
             self.state.flat_groups += 1
-        return result, rewards, teaches
+        return result, trained, teaches
 
     def _to_trl(self, kept: list[tuple[GroupResult, list[float | None], bool]], size: int) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {

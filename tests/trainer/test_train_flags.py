@@ -28,6 +28,7 @@ SET: dict[str, tuple[tuple[str, ...], Any]] = {
     "epsilon": (("--epsilon", "0.3"), 0.3),
     "max_grad_norm": (("--max-grad-norm", "0.5"), 0.5),
     "resample_flat": (("--resample-flat", "2"), 2),
+    "step_cost": (("--step-cost", "0.05"), 0.05),
     "lora.r": (("--lora-r", "4"), 4),
     "lora.alpha": (("--lora-alpha", "6"), 6),
     "lora.dropout": (("--lora-dropout", "0.1"), 0.1),

@@ -374,6 +374,51 @@ def test_flat_groups_are_replaced_by_fresh_draws(toy_chat: tuple[Any, Any], tmp_
     assert lines[-1]["resampled_groups"] == rounds and lines[-1]["flat_groups"] == 1
 
 
+class ShortAndLongWinsEnv(ToyFormEnv):
+    """Every episode wins; every second reset's episode takes two steps, the others one."""
+
+    resets = 0
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        ShortAndLongWinsEnv.resets += 1
+        self.length, self.taken = 1 + ShortAndLongWinsEnv.resets % 2, 0
+        return await super().reset(task, seed=seed)
+
+    async def step(self, action: Any) -> Any:
+        result = await super().step(action)
+        self.taken += 1
+        done = self.taken >= self.length
+        return dataclasses.replace(result, reward=float(done), terminated=done, truncated=False)
+
+
+@pytest.mark.parametrize("cost", [0.0, 0.1])
+def test_step_cost_ranks_episodes_of_one_outcome_by_length(
+    toy_chat: tuple[Any, Any], tmp_path: Path, cost: float
+) -> None:
+    """All four episodes win, two in one step and two in two: without a step cost the group is flat (nothing to
+    learn); with one, GRPO is handed 1 - cost x steps and the shorter wins score higher. The task pool, which picks
+    tasks by the spread of their outcomes, still sees four wins."""
+    ShortAndLongWinsEnv.resets = 0
+    config = TrainConfig(mode="mixed", real_share=1.0, updates=1, group_size=4, groups_per_update=1,
+                         step_cost=cost, output_dir=tmp_path / "run", report_to=())  # fmt: skip
+    trainer = Trainer(config, policy=make_policy(toy_chat), tasks=[TASK],
+                      open_sides=sides_opener(tmp_path, real=ShortAndLongWinsEnv), train_seeds=TRAIN_SEEDS)  # fmt: skip
+    result = trainer.train()
+
+    episodes, _ = anyio.run(stored, tmp_path / "store")
+    assert sorted(e.num_steps for e in episodes) == [1, 1, 2, 2] and all(e.success for e in episodes)
+    trained = sorted(trainer.last_rollout["dreamgym_reward"])
+    assert trained == pytest.approx([1 - 2 * cost] * 2 + [1 - cost] * 2)
+    assert result.state.flat_groups == (1 if cost == 0 else 0)
+    assert trainer.pool.value(TASK.task_id) == 0.0  # the outcomes: four wins, no spread
+
+
+def test_step_cost_out_of_range_is_refused() -> None:
+    for cost in (-0.1, 1.0):
+        with pytest.raises(ConfigError, match="step_cost must be in"):
+            TrainConfig(mode="synthetic", updates=1, step_cost=cost, output_dir=Path("unused"))
+
+
 class BackwardsBackend(ToyBackend):
     """A simulator wrong on every outcome: Submit pays on an empty form and not on a filled one."""
 
