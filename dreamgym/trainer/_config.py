@@ -83,8 +83,9 @@ class TrainConfig:
     normalised: of two episodes with one outcome the shorter then scores higher, so a group whose episodes all
     succeed (or all fail) still teaches when their lengths differ, and a no-op taken on the way (a scroll on a page
     that does not scroll) costs something. The task pool and the logged success figures keep the outcome alone.
-    0 rewards the outcome alone; keep ``step_cost x max_steps`` well under 1, or a short failure outscores a
-    long success."""
+    The price: in a group where every episode fails, the shortest failure is now taught (giving up early, a Submit
+    on an untouched form). 0 rewards the outcome alone; keep ``step_cost x max_steps`` well under 1, or a short
+    failure outscores a long success."""
     lora: LoraSettings | None = field(default_factory=LoraSettings)
     """LoRA adapters through PEFT; ``None`` trains every weight."""
     real_share: float = 0.25
