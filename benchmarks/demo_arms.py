@@ -28,7 +28,6 @@ date, the commit and the command.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import sys
@@ -76,8 +75,8 @@ def main() -> int:
 
 
 def changes(text: str) -> dict[str, str]:
-    """``"seed=1,step_cost=0.05"`` -> ``{"seed": "1", "step_cost": "0.05"}`` (a range value keeps its commas: give
-    ``train_seeds`` as ``a-b``)."""
+    """``"seed=1,step_cost=0.05"`` -> ``{"seed": "1", "step_cost": "0.05"}``. A comma ends a value: give seeds as
+    one range (``train_seeds=100-139``)."""
     pairs = [part.split("=", 1) for part in text.split(",") if part]
     if any(len(pair) != 2 for pair in pairs):
         raise SystemExit(f"an arm is FIELD=VALUE[,FIELD=VALUE...], not {text!r}")
@@ -85,32 +84,13 @@ def changes(text: str) -> dict[str, str]:
 
 
 def settings_for(recorded: dict[str, Any], out: Path, changed: dict[str, str]) -> Any:
-    """The kept run's :class:`DemoSettings` (from its ``report.json``) with ``out`` and the arm's changes."""
-    from dreamgym.cli._common import parse_seeds
+    """The kept run's :class:`DemoSettings` (from its ``report.json``) with the arm's changes and ``out``, each value
+    read as ``--config`` files and flags are (``dreamgym.cli._config.build_config``: lists to tuples, text to the
+    field's type, an unknown field refused)."""
+    from dreamgym.cli._config import build_config
     from dreamgym.jobs.demo import DemoSettings
 
-    fields = {item.name for item in dataclasses.fields(DemoSettings)}
-    unknown = sorted(set(changed) - fields)
-    if unknown:
-        raise SystemExit(f"DemoSettings has no field {unknown}")
-    values: dict[str, Any] = {}
-    for name, value in recorded.items():
-        if name in fields and name != "embedder":
-            values[name] = tuple(value) if isinstance(value, list) else value
-    for name in ("policy_model", "sim_model"):
-        values[name] = Path(values[name]) if values.get(name) else None
-    defaults = DemoSettings()  # a field the kept run predates takes its type from today's default
-    for name, text in changed.items():
-        current = values.get(name, getattr(defaults, name))
-        if isinstance(current, tuple):
-            values[name] = tuple(parse_seeds(text)) if name.endswith("seeds") else tuple(text.split("+"))
-        elif isinstance(current, bool):
-            values[name] = text.lower() in ("1", "true", "yes")
-        elif isinstance(current, (int, float)):
-            values[name] = type(current)(float(text)) if isinstance(current, int) else float(text)
-        else:
-            values[name] = text
-    return DemoSettings(**{**values, "out": out})
+    return build_config(DemoSettings, recorded, changed, {"out": out}, where="arm")
 
 
 def run_arm(kept: Path, root: Path, recorded: dict[str, Any], changed: dict[str, str]) -> dict[str, Any]:
