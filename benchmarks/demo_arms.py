@@ -11,9 +11,14 @@ which keeps its ``policy`` (the warm start, before any RL), its
 the demo's train phase (phase 6) with the kept run's settings changed as the
 arm says (any ``DemoSettings`` field: ``seed=1``, ``step_cost=0.05``,
 ``learning_rate=2e-4``, ``train_seeds=100-139``), then its evaluation after
-(phase 7) on the same held-out seeds. Each arm prints one JSON line: held-out
-successes after with n and a 95% interval, per task, beside the kept demo's
-own "before" (its ``report.json``), and the share of the arm's real training
+(phase 7) on the same held-out seeds. An arm that changes the warm start
+(``warm_epochs``, ``demonstration_seeds``) builds its own instead: the demo's
+policy phase (phase 3: the tiny policy from scratch, its tokenizer learnt
+from the demonstrator's pages, cloned for the arm's ``warm_epochs``) and its
+own evaluation before (phase 4), so its "before" is its own. Each arm
+prints one JSON line: held-out successes after with n and a 95% interval,
+per task, beside the "before" it started from (the kept demo's
+``report.json``, or its own), and the share of the arm's real training
 episodes won in each update (sampled at the training temperature: what GRPO
 optimises, where the evaluation is greedy). An arm takes about as long as
 the demo's train and evaluate-after phases (6-9 min on 2 cores).
@@ -21,8 +26,8 @@ the demo's train and evaluate-after phases (6-9 min on 2 cores).
 The copied store holds the kept run's rollouts and training episodes too
 (the demo writes them there): an arm's simulator may retrieve them, so an arm
 that plays synthetic groups sees a larger store than the demo did.
-``--commit-results`` writes ``benchmarks/results/demo_arms.json`` with the
-date, the commit and the command.
+``--commit-results`` writes ``benchmarks/results/NAME.json`` (``--name``,
+``demo_arms`` by default) with the date, the commit and the command.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ import _report as report
 import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "demo_arms.json"
+RESULTS = ROOT / "benchmarks" / "results"
 KEPT = ("policy", "experience-model", "store")
 """What an arm copies from the kept demo: its warm-started policy, its experience model and its store."""
+WARM_START = frozenset({"warm_epochs", "demonstration_seeds", "policy_model"})
+"""Settings the policy phase reads: an arm that changes one builds its own warm start and measures its own before."""
 
 
 def main() -> int:
@@ -49,12 +56,14 @@ def main() -> int:
     parser.add_argument("--from", dest="kept", type=Path, default=ROOT / ".cache" / "demo", help="a finished demo")
     parser.add_argument("--arm", action="append", required=True, help="FIELD=VALUE[,FIELD=VALUE...] of DemoSettings")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "demo_arms")
-    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/demo_arms.json")
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/NAME.json")
+    parser.add_argument("--name", default="demo_arms", help="the results file's name, without .json")
     args = parser.parse_args()
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     results: dict[str, Any] = report.provenance()
+    written = RESULTS / f"{args.name}.json"
     kept = json.loads((args.kept / "report.json").read_text())
     missing = [name for name in KEPT if not (args.kept / name).exists()]
     if missing:
@@ -64,13 +73,14 @@ def main() -> int:
     arms = []
     for text in args.arm:
         row = run_arm(args.kept, args.out, kept["settings"], changes(text))
-        report.emit(f"held-out success after ({text})", row["success_rate"], "fraction", "kept demo before",
-                    before["success_rate"], arm=text, after=row)  # fmt: skip
+        start = row.get("before", results["before"])
+        report.emit(f"held-out success after ({text})", row["success_rate"], "fraction", "the arm's before",
+                    start["success_rate"], arm=text, after=row)  # fmt: skip
         arms.append({"arm": text, **row})
         if args.commit_results:
-            RESULTS.write_text(json.dumps({**results, "arms": arms}, indent=1) + "\n")
+            written.write_text(json.dumps({**results, "arms": arms}, indent=1) + "\n")
     if args.commit_results:
-        print(f"wrote {RESULTS}", file=sys.stderr)
+        print(f"wrote {written}", file=sys.stderr)
     return 0
 
 
@@ -98,7 +108,8 @@ def run_arm(kept: Path, root: Path, recorded: dict[str, Any], changed: dict[str,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from dreamgym.jobs import demo
-    from dreamgym.jobs._demo_policy import PolicyWeights, train_policy
+    from dreamgym.jobs._demo_policy import PolicyWeights, prepare_policy, train_policy
+    from dreamgym.jobs.demo import policy_model_dir
     from dreamgym.simulator import weights_digest
 
     out = root / "-".join(f"{name}={value}" for name, value in changed.items()).replace("/", "_")
@@ -107,13 +118,20 @@ def run_arm(kept: Path, root: Path, recorded: dict[str, Any], changed: dict[str,
     for name in KEPT:
         shutil.copytree(kept / name, out / name)
     settings = settings_for(recorded, out, changed)
-    policy_dir = out / "policy"
-    weights = PolicyWeights(
-        directory=policy_dir,
-        model=AutoModelForCausalLM.from_pretrained(str(policy_dir)),
-        tokenizer=AutoTokenizer.from_pretrained(str(policy_dir)),
-        digest=weights_digest(policy_dir),
-    )
+    own: dict[str, Any] = {}
+    if WARM_START & changed.keys():
+        began = time.perf_counter()
+        weights, warm = prepare_policy(settings, policy_model_dir(settings))
+        own["warm_start"] = warm | {"seconds": round(time.perf_counter() - began, 1)}
+        own["before"] = _figures(anyio.run(demo._evaluate, settings, weights, "before").as_dict())
+    else:
+        policy_dir = out / "policy"
+        weights = PolicyWeights(
+            directory=policy_dir,
+            model=AutoModelForCausalLM.from_pretrained(str(policy_dir)),
+            tokenizer=AutoTokenizer.from_pretrained(str(policy_dir)),
+            digest=weights_digest(policy_dir),
+        )
     copied_until = anyio.run(_last_start, settings.store_dir)
     began = time.perf_counter()
     trained = train_policy(settings, weights, sim_dir=out / "experience-model")
@@ -124,6 +142,7 @@ def run_arm(kept: Path, root: Path, recorded: dict[str, Any], changed: dict[str,
     per_update = anyio.run(_won_per_update, settings.store_dir, copied_until)
     return {
         **_figures(after.as_dict()),
+        **own,
         "train_s": round(train_s, 1),
         "training": {key: value for key, value in trained.metrics.items() if not key.endswith("seconds")},
         "sampled_win_share_per_update": per_update,
