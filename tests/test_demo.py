@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -176,3 +177,44 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
     default = demo_settings(_parser(["demo"]).parse_args(["demo", "--sim-model", "default"])).sim_model
     assert default == default_model_dir()
     assert demo_settings(_parser(["demo"]).parse_args(["demo"])).sim_model is None  # a demo-size model
+
+
+def test_the_warm_starts_demonstrations_come_in_task_and_seed_order_whatever_order_they_were_stored_in(
+    tmp_path: Path,
+) -> None:
+    """Two browser contexts finish episodes in any order; the tokenizer and the cloning batches are drawn from this
+    list, so a seed must give the same list whichever finished first."""
+    import msgspec
+    from helpers import make_step
+
+    from dreamgym.bridge import MiniWobDemonstrator
+    from dreamgym.jobs._demo_policy import _demonstrator_episodes
+    from dreamgym.replay import HashingEmbedder
+
+    pairs = [("click-option", 3), ("click-button", 7), ("click-option", 1), ("click-button", 2)]
+
+    def steps_of(task: str, seed: int) -> list[Any]:
+        return [
+            msgspec.structs.replace(
+                make_step(index, task_id=f"miniwob/{task}", episode_id=f"ep-{task}-{seed}", seed=seed),
+                policy_id=MiniWobDemonstrator.policy_id,
+            )
+            for index in (1, 0)  # stored last step first
+        ]
+
+    async def episodes_when_stored(order: list[tuple[str, int]], out: Path) -> list[list[tuple[str, int, int]]]:
+        settings = DemoSettings(tasks=("click-button", "click-option"), train_seeds=(1, 2, 3, 7),
+                                held_out_seeds=(1000,), demonstration_seeds=(), out=out)  # fmt: skip
+        async with LmdbReplayStore(settings.store_dir, embedder=HashingEmbedder(16)) as store:
+            for task, seed in order:
+                await store.append(steps_of(task, seed))
+            await store.append([make_step(0, task_id="miniwob/click-button", episode_id="explorer", seed=2)])
+        episodes = await _demonstrator_episodes(settings)
+        return [[(step.task_id, step.seed or 0, step.step_index) for step in episode] for episode in episodes]
+
+    first = anyio.run(episodes_when_stored, pairs, tmp_path / "a")
+    second = anyio.run(episodes_when_stored, pairs[::-1], tmp_path / "b")
+    assert first == second == [
+        [(f"miniwob/{task}", seed, 0), (f"miniwob/{task}", seed, 1)]
+        for task, seed in sorted(pairs)
+    ]  # fmt: skip

@@ -111,7 +111,11 @@ def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWe
 
 async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
     """The demonstrator's episodes of the seed set and of ``demonstration_seeds`` (collected here, into their own
-    store), each its steps in order."""
+    store), each its steps in order, the episodes by (task, seed).
+
+    The order is the stores' contents', not the order collection finished them in (two browser contexts finish
+    in any order): the tokenizer and the cloning batches are drawn from this list, so one seed gives one warm
+    start."""
     from dreamgym.bridge import MiniWobDemonstrator
     from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
@@ -132,7 +136,8 @@ async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
                 for step in await store.get_steps(await store.task_seqs(f"miniwob/{name}", source="real")):
                     if step.policy_id == MiniWobDemonstrator.policy_id:
                         episodes.setdefault(step.episode_id, []).append(step)
-    return [sorted(steps, key=lambda step: step.step_index) for steps in episodes.values()]
+    ordered = [sorted(steps, key=lambda step: step.step_index) for steps in episodes.values()]
+    return sorted(ordered, key=lambda steps: (steps[0].task_id, steps[0].seed or 0, steps[0].episode_id))
 
 
 def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> TrainOutcome | None:
