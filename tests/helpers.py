@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,19 +122,28 @@ DEMO_PAGE_PROBE = f"""() => ({{
 """What the demo page's tests read from Chromium: the verdict, the sections, the examples, the layout."""
 
 
-async def open_page(pool: BrowserPool, path: Path, probe: str) -> OpenedPage:
-    """Open the local page at ``path`` in one of ``pool``'s contexts; run ``probe`` (a JavaScript function) on it."""
-    problems: list[str] = []
-    requests: list[str] = []
+@asynccontextmanager
+async def watched_page(pool: BrowserPool, path: Path) -> AsyncIterator[tuple[Any, OpenedPage]]:
+    """The local page at ``path``, opened in one of ``pool``'s contexts, and what it does while open: console
+    errors and warnings, page errors and every request (``probe`` stays ``None``); closed on leaving."""
+    seen = OpenedPage(problems=[], requests=[], probe=None)
     async with pool.context() as lease:
         page = await lease.context.new_page()
-        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("request", lambda r: requests.append(r.url))
+        page.on("console", lambda m: seen.problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: seen.problems.append(str(e)))
+        page.on("request", lambda r: seen.requests.append(r.url))
         await page.goto(path.as_uri())
+        try:
+            yield page, seen
+        finally:
+            await page.close()
+
+
+async def open_page(pool: BrowserPool, path: Path, probe: str) -> OpenedPage:
+    """Open the local page at ``path`` in one of ``pool``'s contexts; run ``probe`` (a JavaScript function) on it."""
+    async with watched_page(pool, path) as (page, seen):
         found = await page.evaluate(probe)
-        await page.close()
-    return OpenedPage(problems=problems, requests=requests, probe=found)
+    return OpenedPage(problems=seen.problems, requests=seen.requests, probe=found)
 
 
 class Recorder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import dreamgym
+from helpers import dreamgym, watched_page
 from runtime_helpers import TASK, Counts, ToyBackend, ToyFormEnv, ToyPolicy, open_store, simulator
 
 from dreamgym.bridge import BrowserPool
@@ -53,14 +53,7 @@ async def test_the_viewer_shows_every_episode_with_shadow_diffs_and_filters_with
     assert html.count('class="episode trajectory"') == 5
     assert "type [e2] [Ana] [0]" in html and "toy-model" in html  # the actions, the synthetic episodes' model
 
-    problems: list[str] = []
-    requests: list[str] = []
-    async with pool.context() as lease:
-        page = await lease.context.new_page()
-        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("request", lambda r: requests.append(r.url))
-        await page.goto(out.as_uri())
+    async with watched_page(pool, out) as (page, opened):
         seen = {"all": await page.evaluate(VISIBLE)}
         await page.get_by_label("synthetic (2)").check()
         seen["synthetic"] = await page.evaluate(VISIBLE)
@@ -70,8 +63,7 @@ async def test_the_viewer_shows_every_episode_with_shadow_diffs_and_filters_with
         seen["the other task"] = await page.evaluate(VISIBLE)
         await page.locator("details.trajectory:visible > summary").click()
         shown = await page.locator("details.trajectory:visible").inner_text()
-        await page.close()
-    assert problems == [] and requests == [out.as_uri()]  # nothing runs wrong, nothing is fetched
+    assert opened.problems == [] and opened.requests == [out.as_uri()]  # nothing runs wrong, nothing is fetched
     assert seen == {"all": 5, "synthetic": 2, "synthetic and the other task": 0, "the other task": 1}
     assert "toy/other-form" in shown and "step 0" in shown
 
