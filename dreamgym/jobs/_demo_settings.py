@@ -85,11 +85,14 @@ class DemoSettings:
     it in 90–150 s on 2 cores, as fast as the machine runs that day."""
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
-    train_updates: int = 12
-    """GRPO updates in phase 6 (0 skips training; 20-35 s each at the defaults on 2 cores). With the seed set's
-    demonstrations alone, neither 8 nor 12 updates of four groups showed learning (13/80 -> 24/80 at 87738b1,
-    24/80 -> 20/80 at 5219d50, 16/80 -> 23/80 at e2df1dc: ``first_run.json`` of each); with the demonstration
-    seeds' too, 12 went 13/80 -> 37/80, intervals apart (``first_run.json`` at b04540d)."""
+    train_updates: int = 24
+    """GRPO updates in phase 6 (0 skips training; 10-20 s each at the defaults on 2 cores): one optimizer step
+    each, so with ``train_groups_per_update`` it sets how many steps the same episodes buy. From one kept
+    warm start (51/80 held-out before; ``benchmarks/demo_arms.py``), 12 updates of four groups ended at 55, 38,
+    52 and 24 of 80 over four runs (and the demo itself, 47), 24 updates of two groups at 63 and 50 in about
+    the same time (``demo_arms_warm_start.json``; the 50 a one-off): the same episodes, twice the steps. With the
+    seed set's demonstrations alone, neither 8 nor 12 updates of four groups showed learning (13/80 -> 24/80 at
+    87738b1, 24/80 -> 20/80 at 5219d50, 16/80 -> 23/80 at e2df1dc: ``first_run.json`` of each)."""
     sim_trust: float = 0.9
     """The simulator plays a task's training groups only once its shadowed answers on that task's deciding real
     steps (an episode ended or a reward was paid) are this often right (``TrainConfig.sim_trust``); until then
@@ -99,7 +102,7 @@ class DemoSettings:
     """Taken from an episode's outcome reward per step it took, in training only (``TrainConfig.step_cost``): of
     two wins the shorter is taught, and a step that does nothing (a scroll on a page that does not scroll) costs
     something."""
-    train_groups_per_update: int = 4
+    train_groups_per_update: int = 2
     """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
     learning_rate: float = 5e-4
     """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""
