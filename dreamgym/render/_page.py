@@ -24,6 +24,7 @@ th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
 th { background: #f4f4f4; }
 .na { color: #888; font-style: italic; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
+.charts svg { max-width: 100%; height: auto; }
 .case { border: 1px solid #ccc; padding: 8px; margin: 12px 0; }
 .episode { border: 2px solid #bbb; padding: 8px 12px; margin: 16px 0; }
 .episode > .case { border-color: #e3e3e3; }

@@ -18,6 +18,13 @@ COLOURS = ("#3366cc", "#dc7633", "#7f8c8d", "#27ae60", "#8e44ad", "#c0392b")
 _FONT = 'font-family="sans-serif" font-size="11"'
 
 
+def _open(width: float, height: float) -> str:
+    """An ``<svg>`` start tag of this size whose drawing scales with it (the ``viewBox``): a page narrower than
+    the chart shrinks the whole chart instead of cutting off its right end."""
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+            f'viewBox="0 0 {width:.0f} {height:.0f}" role="img">')  # fmt: skip
+
+
 def _text_width(text: str) -> float:
     """A generous estimate of the width of ``text`` at 11 px sans-serif."""
     return 6.5 * len(text)
@@ -63,8 +70,7 @@ def bar_chart(title: str, categories: Sequence[str], series: Mapping[str, Sequen
     below = min(150.0, 0.66 * longest + 16)  # a label slanted at 40 degrees
     right = max(10.0, min(150.0, 0.77 * longest + 8 - slot / 2))
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + right:.0f}" '
-        f'height="{top + height + below:.0f}" role="img">',
+        _open(left + width + right, top + height + below),
         f"<title>{escape(title)}</title>",
         f'<text x="{left}" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
         *_legend(names, left, 28),
@@ -109,8 +115,7 @@ def line_chart(
     left, top, height = 44, 34, 180
     width = float(max(60 * len(xs), _legend_width(names), 300))
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 30:.0f}" height="{top + height + 40}" '
-        'role="img">',
+        _open(left + width + 30, top + height + 40),
         f"<title>{escape(title)}</title>",
         f'<text x="{left}" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
         *_legend(names, left, 28),
@@ -169,8 +174,7 @@ def confusion_chart(
     size, left, top = 70, 80, 44
     peak = max((v for row in cells for v in row), default=0) or 1
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + 2 * size + 20}" height="{top + 2 * size + 16}" '
-        'role="img">',
+        _open(left + 2 * size + 20, top + 2 * size + 16),
         f"<title>{escape(title)}</title>",
         f'<text x="4" y="14" {_FONT} font-weight="bold">{escape(title)}</text>',
         f'<text x="{left + size}" y="30" text-anchor="middle" {_FONT}>{escape(columns)} 1 · 0</text>',

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
-from dreamgym.render import CSP, NA, StepView, episode_box, line_chart, page, side_by_side, step_box, table
+import pytest
+from helpers import open_page
+
+from dreamgym.bridge import BrowserPool
+from dreamgym.render import CSP, NA, StepView, charts, episode_box, line_chart, page, side_by_side, step_box, table
 
 REAL = '[e1] heading "Login"\n[e2] textbox "Username" value="ana"\n[e3] button "Submit"'
 PREDICTED = '[e1] heading "Login"\n[e2] textbox "Username"\n[e3] button "Submit"\n[e4] dialog "<Bogus>"'
@@ -95,3 +100,24 @@ def test_a_line_chart_leaves_gaps_where_a_series_has_no_value() -> None:
     assert svg.count("<polyline") == 1  # only the two neighbouring points of "real" are joined
     assert svg.count("<circle") == 4
     assert "held-out at k=after: 0.600" in svg
+
+
+LAST_POINT_SHOWN = """() => {
+    const svg = document.querySelector('svg').getBoundingClientRect();
+    const points = [...document.querySelectorAll('circle')].map(c => c.getBoundingClientRect());
+    return {inside: points.every(p => p.right <= svg.right + 1), fits: svg.right <= window.innerWidth,
+            scrolls: document.documentElement.scrollWidth > window.innerWidth};
+}"""
+
+
+@pytest.mark.anyio
+async def test_a_chart_wider_than_the_page_shrinks_whole_instead_of_losing_its_right_end(
+    tmp_path: Path, pool: BrowserPool
+) -> None:
+    """A curve of 40 updates is drawn 2,500 px wide: on a narrower page every point must still be on screen."""
+    xs = ["before", *(f"{n}" for n in range(1, 40)), "after"]
+    path = tmp_path / "long.html"
+    path.write_text(page("long", [charts([line_chart("a long curve", xs, {"reward": [0.5] * len(xs)})])]))
+    opened = await open_page(pool, path, LAST_POINT_SHOWN)
+    assert opened.problems == []
+    assert opened.probe == {"inside": True, "fits": True, "scrolls": False}
