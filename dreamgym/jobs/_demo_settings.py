@@ -26,7 +26,7 @@ perfect and has a decision left to learn (which named choice comes when, which t
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoSettings:
-    """What the demo runs. The defaults took 11 min 22 s on 2 CPU cores once setup had built its caches
+    """What the demo runs. The defaults took 15 min 29 s on 2 CPU cores once setup had built its caches
     (``benchmarks/results/first_run.json``).
 
     Example:
