@@ -12,7 +12,7 @@ the demo's train phase (phase 6) with the kept run's settings changed as the
 arm says (any ``DemoSettings`` field: ``seed=1``, ``step_cost=0.05``,
 ``learning_rate=2e-4``, ``train_seeds=100-139``), then its evaluation after
 (phase 7) on the same held-out seeds. An arm that changes the warm start
-(``warm_epochs``, ``demonstration_seeds``) builds its own instead: the demo's
+(``warm_epochs``, ``demonstration_seeds``, ``policy_model``) builds its own instead: the demo's
 policy phase (phase 3: the tiny policy from scratch, its tokenizer learnt
 from the demonstrator's pages, cloned for the arm's ``warm_epochs``) and its
 own evaluation before (phase 4), so its "before" is its own. Each arm
