@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import open_page
+from helpers import OVERFLOWING_CHARTS, open_page
 
 from dreamgym.bridge import BrowserPool
 from dreamgym.render import CSP, NA, StepView, charts, episode_box, line_chart, page, side_by_side, step_box, table
@@ -102,12 +102,11 @@ def test_a_line_chart_leaves_gaps_where_a_series_has_no_value() -> None:
     assert "held-out at k=after: 0.600" in svg
 
 
-LAST_POINT_SHOWN = """() => {
-    const svg = document.querySelector('svg').getBoundingClientRect();
-    const points = [...document.querySelectorAll('circle')].map(c => c.getBoundingClientRect());
-    return {inside: points.every(p => p.right <= svg.right + 1), fits: svg.right <= window.innerWidth,
-            scrolls: document.documentElement.scrollWidth > window.innerWidth};
-}"""
+LAST_POINT_SHOWN = f"""() => ({{
+    overflowing: ({OVERFLOWING_CHARTS})(),
+    fits: document.querySelector('svg').getBoundingClientRect().right <= window.innerWidth,
+    scrolls: document.documentElement.scrollWidth > window.innerWidth,
+}})"""
 
 
 @pytest.mark.anyio
@@ -120,4 +119,4 @@ async def test_a_chart_wider_than_the_page_shrinks_whole_instead_of_losing_its_r
     path.write_text(page("long", [charts([line_chart("a long curve", xs, {"reward": [0.5] * len(xs)})])]))
     opened = await open_page(pool, path, LAST_POINT_SHOWN)
     assert opened.problems == []
-    assert opened.probe == {"inside": True, "fits": True, "scrolls": False}
+    assert opened.probe == {"overflowing": 0, "fits": True, "scrolls": False}
