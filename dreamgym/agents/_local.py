@@ -29,7 +29,9 @@ from the token records of ``history`` (so it survives steps stored and read
 back, and any number of concurrent episodes; no per-episode state is kept).
 
 Every prompt starts with the same system turn, whose KV cache is kept and
-reused, and made again whenever the weights change: whoever changes them
+reused, and an ``index`` policy keeps the next-token logits of recent prompts
+(``LocalPolicyConfig.logits_memo``); both are made again whenever the weights
+change: whoever changes them
 calls :meth:`LocalPolicy.weights_changed` (the trainer does after every
 optimizer step and checkpoint restore). Concurrent :meth:`LocalPolicy.act`
 calls are batched: the first caller to find the model idle leads, waits
@@ -51,6 +53,7 @@ from typing import Any, Literal
 import anyio
 
 from dreamgym.agents._model import (
+    LogitsMemo,
     PromptHead,
     WeightsVersion,
     add_index_tokens,
@@ -107,6 +110,11 @@ class LocalPolicyConfig:
     """Most ``act`` calls per batch."""
     batch_window_s: float = 0.005
     """How long a batch's leader waits for other calls to join."""
+    logits_memo: int = 256
+    """``index``: keep the next-token logits of this many recent distinct prompts, while the weights do not
+    change, and draw from them when a prompt comes again instead of running it (a group's episodes share
+    their first page); 0 runs every prompt. Each takes the vocabulary size in floats (8 KB for the tiny
+    policy, 200 KB for SmolLM2)."""
     max_pass_tokens: int = 1024
     """Cap on rows x candidate tokens of one scoring pass; its logits take that
     many times the vocabulary size in floats (200 MB for SmolLM2 at 1024)."""
@@ -126,6 +134,8 @@ class LocalPolicyConfig:
             raise ConfigError(f"LocalPolicyConfig.temperature must be a finite number >= 0, got {self.temperature}")
         if self.max_new_tokens < 1 or self.max_batch < 1 or self.max_pass_tokens < 1:
             raise ConfigError("LocalPolicyConfig.max_new_tokens, max_batch and max_pass_tokens must be >= 1")
+        if self.logits_memo < 0:
+            raise ConfigError(f"LocalPolicyConfig.logits_memo must be >= 0, got {self.logits_memo}")
 
     @property
     def answer_format(self) -> AnswerFormat:
@@ -235,6 +245,8 @@ class LocalPolicy:
         self.system = system_message(self.config.answer_format, list_actions=self.config.list_actions)
         self._index_of = self._label_ids() if self.config.mode == "index" else {}
         self._head = PromptHead(self.turns.head_ids(self.system), self.weights)
+        self.memo = LogitsMemo(self.config.logits_memo, self.weights) if self.config.logits_memo else None
+        """``index``: the logits of recent prompts (``LocalPolicyConfig.logits_memo``); ``None`` when off."""
         self._rng = random.Random(self.config.seed)
         self._generator = torch.Generator()
         if self.config.seed is None:
@@ -537,6 +549,7 @@ class LocalPolicy:
             temperature=self.config.temperature,
             generator=self._generator,
             head=self._head,
+            memo=self.memo,
         )
         eos = self.turns.eos_id
         for request, (token, logprob) in zip(requests, drawn, strict=True):

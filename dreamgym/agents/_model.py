@@ -9,7 +9,8 @@ TRL recomputes when ``GRPOConfig.temperature`` is that ``T``. A greedy draw
 (``T = 0``) records ``log_softmax(logits)``. Tokens appended without being
 drawn are flagged 0 in the returned mask.
 
-Caches of weights-derived values (the prompt head's KV) are keyed by an
+Caches of weights-derived values (the prompt head's KV, the last logits of
+recent prompts) are keyed by an
 explicit :class:`WeightsVersion` that every weight change bumps, never by a
 tensor implementation detail: optimizers such as torch's fused AdamW update
 parameters in place without bumping ``tensor._version``.
@@ -18,6 +19,8 @@ parameters in place without bumping ``tensor._version``.
 from __future__ import annotations
 
 import copy
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "LogitsMemo",
     "PromptHead",
     "WeightsVersion",
     "add_index_tokens",
@@ -112,6 +116,51 @@ class PromptHead:
             model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             self._cache, self._key = cache, key
         return copy.deepcopy(self._cache)
+
+
+class LogitsMemo:
+    """The next-token logits after the last ``size`` distinct prompts, kept while the weights stay as they are.
+
+    A prompt seen again is not run again: the eight episodes of a GRPO group
+    start from one page, and a policy that has learnt a task takes the same
+    first steps in most of them (over three updates of the demo's training,
+    277 turns were 91 distinct prompts, and at two browser contexts most
+    arrive in batches of one, where :func:`_prefill` cannot share them). Emptied whenever the model
+    or its :class:`WeightsVersion` changes, as :class:`PromptHead` is.
+    """
+
+    def __init__(self, size: int, weights: WeightsVersion | None = None) -> None:
+        self.size = size
+        self.weights = weights or WeightsVersion()
+        self.runs = 0
+        """Prompts run through the model."""
+        self.hits = 0
+        """Prompts answered from the memo (or from an equal prompt earlier in the same batch)."""
+        self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._key: tuple[int, int] = (0, -1)
+
+    def rows(
+        self, model: Any, prefixes: Sequence[Sequence[int]], run: Callable[[list[Sequence[int]]], torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """The last logits after each prefix, in order; ``run`` computes those of the prefixes the memo lacks."""
+        key = (id(model), self.weights.value)
+        if key != self._key:
+            self._rows.clear()
+            self._key = key
+        names = [hashlib.blake2b(repr(list(prefix)).encode(), digest_size=16).digest() for prefix in prefixes]
+        missing = {name: prefix for name, prefix in zip(names, prefixes, strict=True) if name not in self._rows}
+        if missing:
+            computed = run(list(missing.values()))
+            for n, name in enumerate(missing):
+                self._rows[name] = computed[n].clone()
+        self.runs += len(missing)
+        self.hits += len(names) - len(missing)
+        found = [self._rows[name] for name in names]
+        for name in names:
+            self._rows.move_to_end(name)
+        while len(self._rows) > self.size:
+            self._rows.popitem(last=False)
+        return found
 
 
 def score_candidates(
@@ -360,14 +409,20 @@ def draw_tokens(
     temperature: float,
     generator: torch.Generator,
     head: PromptHead | None = None,
+    memo: LogitsMemo | None = None,
 ) -> list[tuple[int, float]]:
     """One token after each prefix, drawn from the full ``softmax(logits / temperature)``, with its log-probability.
 
     The prefixes run together in one forward pass (shared parts once, the
-    head's cache reused), as :func:`score_candidates` runs them.
+    head's cache reused), as :func:`score_candidates` runs them; with a
+    ``memo``, only those it does not hold. The draws are made in the order
+    given, from the generator, either way.
     """
     import torch
 
+    def run(missing: Sequence[Sequence[int]]) -> torch.Tensor:
+        return _prefill(model, missing, pad_id, head)[1]
+
     with torch.inference_mode():
-        _, last, _, _ = _prefill(model, prefixes, pad_id, head)
-        return [_sampled(last[n].float(), temperature, generator) for n in range(len(prefixes))]
+        last = list(run(prefixes)) if memo is None else memo.rows(model, prefixes, run)
+        return [_sampled(row.float(), temperature, generator) for row in last]

@@ -12,11 +12,13 @@ experience model embeds its queries with the same function.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import re
 import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,13 @@ class MiniLMEmbedder:
     - **Batches of like length.** The texts are tokenized once and batched
       longest first, so a batch pads to a length near its own texts' instead
       of the longest of a random 32; the vectors come back in the order given.
+    - **Each text once.** A text already embedded (the last ``cache_size``
+      distinct ones) is not run again: its vector is the one computed first.
+      Retrieval embeds a query from the same text the store's indexer embeds
+      the step from (:func:`transition_text`), and the eight episodes of a
+      group often share their first pages and actions: over three updates
+      of the demo's training, 650 texts were 68 distinct ones. ``cache_size=0`` runs every
+      text (``computed_texts`` and ``cached_texts`` count the two).
     - **bfloat16 where the device computes it natively** (``dtype="bfloat16"``,
       the default: CUDA, or a CPU with AVX-512 BF16 or AMX; see
       :func:`~dreamgym.core.devices.mixed_precision`): the passes run under
@@ -126,11 +135,20 @@ class MiniLMEmbedder:
         torch_threads: int | None = None,
         device: str = "auto",
         dtype: str = "bfloat16",
+        cache_size: int = 4096,
     ) -> None:
         from dreamgym.core.devices import check_device, check_dtype
 
         check_device(device, "MiniLMEmbedder.device")
         check_dtype(dtype, "MiniLMEmbedder.dtype")
+        if cache_size < 0:
+            raise ConfigError(f"MiniLMEmbedder.cache_size must be >= 0, got {cache_size}")
+        self.cache_size = cache_size
+        self.computed_texts = 0
+        """Texts run through the model."""
+        self.cached_texts = 0
+        """Texts answered from the cache (or from an equal text earlier in the same call)."""
+        self._cache: OrderedDict[bytes, Vectors] = OrderedDict()
         self.batch_size = batch_size
         self.max_length = max_length
         self.torch_threads = torch_threads
@@ -178,33 +196,51 @@ class MiniLMEmbedder:
         self._model = place_loaded(AutoModel.from_pretrained(path, local_files_only=True), self.device).eval()
 
     def embed_sync(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        keys = [hashlib.blake2b(text.encode(), digest_size=16).digest() for text in texts]
+        with self._lock:
+            missing = list(dict.fromkeys(key for key in keys if key not in self._cache))
+            first = {key: n for n, key in reversed(list(enumerate(keys)))}
+            if missing:
+                computed = self._run([texts[first[key]] for key in missing])
+                for key, vector in zip(missing, computed, strict=True):
+                    self._cache[key] = vector
+            vectors = np.stack([self._cache[key] for key in keys])
+            self.computed_texts += len(missing)
+            self.cached_texts += len(keys) - len(missing)
+            for key in keys:  # the texts of this call are the most recent, whatever the cache's size
+                self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return vectors
+
+    def _run(self, texts: Sequence[str]) -> Vectors:
+        """The model's normalised vectors of ``texts``, batched longest first, in the order given (under the lock)."""
         import contextlib
 
         import torch
 
         from dreamgym.core.devices import mixed_precision, model_device
 
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            if self._model is None:
-                self._load()
-            device = model_device(self._model)
-            precision = mixed_precision(device, self.dtype, cpu=True)
-            ids = self._tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
-            order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-            vectors = np.empty((len(ids), self.dim), dtype=np.float32)
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
-                batch = self._tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt").to(device)
-                with (
-                    torch.inference_mode(),
-                    torch.autocast(device.type, dtype=precision) if precision else contextlib.nullcontext(),
-                ):
-                    hidden = self._model(**batch).last_hidden_state.float()
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                vectors[rows] = pooled.cpu().numpy()
+        if self._model is None:
+            self._load()
+        device = model_device(self._model)
+        precision = mixed_precision(device, self.dtype, cpu=True)
+        ids = self._tokenizer(list(texts), truncation=True, max_length=self.max_length)["input_ids"]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        vectors = np.empty((len(ids), self.dim), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            batch = self._tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt").to(device)
+            with (
+                torch.inference_mode(),
+                torch.autocast(device.type, dtype=precision) if precision else contextlib.nullcontext(),
+            ):
+                hidden = self._model(**batch).last_hidden_state.float()
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            vectors[rows] = pooled.cpu().numpy()
         return _normalise(vectors)
 
     async def embed(self, texts: Sequence[str]) -> Vectors:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -108,6 +109,35 @@ async def test_index_mode_records_the_scaled_logprob_of_the_drawn_label(labelled
     assert "Choices:" in policy.tokenizer.decode(fed)
     expected = fresh_logprobs(policy, fed)
     assert tokens.action_logprobs[0] == pytest.approx(float(expected[tokens.action_ids[0]]), abs=1e-3)
+
+
+async def test_index_mode_reuses_a_prompts_logits_until_the_weights_change(labelled_chat: tuple[Any, Any]) -> None:
+    model, tokenizer = copy.deepcopy(labelled_chat[0]), labelled_chat[1]  # its weights change below
+    config = LocalPolicyConfig(seed=0, mode="index", temperature=TEMPERATURE)
+    memo = LocalPolicy(model, tokenizer, digest="ab" * 32, config=config)
+    plain = LocalPolicy(model, tokenizer, digest="ab" * 32, config=replace(config, logits_memo=0))
+    assert memo.memo is not None and plain.memo is None
+    pages = [PAGES[0]] * 6 + [PAGES[1]] * 2 + [PAGES[0]]  # one turn at a time: batches of one, nothing shared
+    for page in pages:
+        remembered, run = await memo.act(TASK, [], page), await plain.act(TASK, [], page)
+        assert remembered.tokens is not None and run.tokens is not None
+        assert remembered.tokens.action_ids == run.tokens.action_ids  # the same draws from the same generator
+        assert remembered.tokens.action_logprobs == pytest.approx(run.tokens.action_logprobs, abs=1e-5)
+    assert (memo.memo.runs, memo.memo.hits) == (2, 7)
+    fed = memo.input_ids(TASK, [], PAGES[0])
+    before = fresh_logprobs(memo, fed)
+    with torch.no_grad():  # an optimizer step, in place
+        model.get_output_embeddings().weight.mul_(0.5)
+    memo.weights_changed()
+    after = fresh_logprobs(memo, fed)
+    assert not torch.allclose(before, after, atol=1e-3)
+    decision = await memo.act(TASK, [], PAGES[0])
+    assert memo.memo.runs == 3  # run again under the new weights, not read from the memo
+    assert decision.tokens is not None
+    token = decision.tokens.action_ids[0]
+    assert decision.tokens.action_logprobs[0] == pytest.approx(float(after[token]), abs=1e-3)
+    with pytest.raises(ConfigError, match="logits_memo"):
+        LocalPolicyConfig(logits_memo=-1)
 
 
 async def test_index_mode_draws_each_token_as_often_as_its_recorded_probability(

@@ -77,10 +77,33 @@ def _pages(n: int) -> list[str]:
 async def test_minilm_batches_by_length_and_returns_vectors_in_the_order_given() -> None:
     texts = _pages(40)
     assert sorted(texts, key=len) != texts  # the order given is not the length order the batches run in
-    exact = MiniLMEmbedder(dtype="float32", batch_size=8)
-    together = await exact.embed(texts)
+    together = await MiniLMEmbedder(dtype="float32", batch_size=8).embed(texts)
+    exact = MiniLMEmbedder(dtype="float32", batch_size=8, cache_size=0)  # no cache: each text runs again, alone
     alone = np.concatenate([await exact.embed([text]) for text in texts])  # each in a batch of its own, no padding
+    assert exact.computed_texts == len(texts) and exact.cached_texts == 0
     assert np.allclose(together, alone, atol=1e-5)
+
+
+@needs_minilm
+async def test_minilm_runs_each_text_once_and_keeps_the_last_cache_size() -> None:
+    texts = _pages(6)
+    embedder = MiniLMEmbedder(dtype="float32", cache_size=4)
+    first = await embedder.embed([texts[0], texts[1], texts[0]])  # an equal text within one call runs once
+    assert (embedder.computed_texts, embedder.cached_texts) == (2, 1)
+    assert np.array_equal(first[0], first[2])
+    again = await embedder.embed([texts[1], texts[2]])  # as the store's indexer, then retrieval's query, would ask
+    assert (embedder.computed_texts, embedder.cached_texts) == (3, 2)
+    assert np.array_equal(again[0], first[1])
+    fresh = await MiniLMEmbedder(dtype="float32", cache_size=0).embed(texts[:3])
+    assert np.allclose(np.concatenate([first[:2], again[1:]]), fresh, atol=1e-5)
+    again[0] += 1.0  # the caller's array is its own: the cache keeps its vector
+    assert np.array_equal((await embedder.embed([texts[1]]))[0], first[1])
+    await embedder.embed(texts[2:6])  # four more distinct texts: texts[0] and texts[1] fall out of the cache
+    computed = embedder.computed_texts
+    await embedder.embed([texts[0], texts[5]])
+    assert embedder.computed_texts == computed + 1  # texts[0] ran again, texts[5] did not
+    with pytest.raises(ConfigError, match="cache_size"):
+        MiniLMEmbedder(cache_size=-1)
 
 
 @needs_minilm
