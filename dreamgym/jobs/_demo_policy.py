@@ -94,13 +94,18 @@ def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWe
         policy = draft.policy(anyio.CapacityLimiter(1), temperature=0.0, seed=settings.seed)
         examples, skipped = demonstrations(policy, episodes, list(tasks.values()))
         config = WarmStartConfig(
-            epochs=settings.warm_epochs, learning_rate=1e-3, batch_size=4, seed=settings.seed, lm_weight=1.0
+            epochs=settings.warm_epochs,
+            learning_rate=1e-3,
+            batch_size=4,
+            seed=settings.seed,
+            lm_weight=1.0,
+            accuracy_examples=256,  # of the 875 or so: 7 s instead of 23 s on 2 cores
         )
         fit = warm_start(policy, examples, config)
         record.update(
             episodes=len(episodes), examples=fit.examples, skipped_steps=skipped, epochs=settings.warm_epochs,
             updates=fit.updates, first_loss=round(fit.first_loss, 4), last_loss=round(fit.last_loss, 4),
-            label_accuracy=round(fit.accuracy, 4),
+            label_accuracy=round(fit.accuracy, 4), label_accuracy_examples=fit.accuracy_examples,
         )  # fmt: skip
     shutil.rmtree(directory, ignore_errors=True)
     model.save_pretrained(str(directory))
@@ -168,7 +173,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         real_share=settings.real_share,
         sim_trust=settings.sim_trust,
         step_cost=settings.step_cost,
-        resample_flat=2,  # a group whose episodes all scored alike teaches nothing: play it again as other draws
+        resample_flat=settings.resample_flat,
         seed=settings.seed,
         report_to=settings.report_to,
         lora=None if settings.policy_model is None else LoraSettings(),  # the tiny policy trains every weight

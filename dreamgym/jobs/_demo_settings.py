@@ -105,6 +105,9 @@ class DemoSettings:
     something."""
     train_groups_per_update: int = 2
     """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
+    resample_flat: int = 2
+    """Rounds per update in which a training group whose episodes all scored alike (it teaches nothing) is
+    played again as another draw (``TrainConfig.resample_flat``); 0 keeps every group as drawn."""
     learning_rate: float = 5e-4
     """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""
     seed: int = 0
@@ -132,8 +135,8 @@ class DemoSettings:
             raise ConfigError(
                 "held-out seeds must differ from training and demonstration seeds, or evaluation measures memory"
             )
-        for name in ("explorers", "near_misses", "max_steps", "real_concurrency"):
-            if getattr(self, name) < (0 if name in ("explorers", "near_misses") else 1):
+        for name in ("explorers", "near_misses", "resample_flat", "max_steps", "real_concurrency"):
+            if getattr(self, name) < (0 if name in ("explorers", "near_misses", "resample_flat") else 1):
                 raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
         if self.group_size < 1 or self.rollout_groups < 1:
             raise ConfigError("DemoSettings.group_size and rollout_groups must be >= 1")

@@ -95,3 +95,15 @@ def test_the_auxiliary_text_loss_learns_the_pages_text() -> None:
     assert text_loss_after(1.0) < 0.5 * text_loss_after(0.0)
     with pytest.raises(ConfigError, match="lm_weight"):
         WarmStartConfig(lm_weight=-1.0)
+
+
+def test_the_fits_accuracy_is_measured_on_the_examples_asked_for() -> None:
+    model, tokenizer = build()
+    policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=0.0))
+    examples, _ = demonstrations(policy, [solved(seed) for seed in range(4)], [TASK])
+    for asked, measured in ((None, 8), (3, 3), (50, 8)):
+        result = warm_start(policy, examples, WarmStartConfig(epochs=1, batch_size=8, accuracy_examples=asked))
+        assert result.accuracy_examples == measured
+        assert round(result.accuracy * measured, 6) == round(result.accuracy * measured)  # a share of those
+    with pytest.raises(ConfigError, match="accuracy_examples"):
+        WarmStartConfig(accuracy_examples=0)
