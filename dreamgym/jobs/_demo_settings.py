@@ -105,9 +105,11 @@ class DemoSettings:
     something."""
     train_groups_per_update: int = 2
     """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
-    resample_flat: int = 2
+    resample_flat: int = 1
     """Rounds per update in which a training group whose episodes all scored alike (it teaches nothing) is
-    played again as another draw (``TrainConfig.resample_flat``); 0 keeps every group as drawn."""
+    played again as another draw (``TrainConfig.resample_flat``); 0 keeps every group as drawn. From one kept
+    warm start (33/80 before), two rounds replayed 39 groups beside the 48 drawn and ended at 58/80 in 428 s
+    of training, one round replayed 26 and ended at 61/80 in 310 s (one run each, at 1efc532 and da4af0f)."""
     learning_rate: float = 5e-4
     """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""
     seed: int = 0
