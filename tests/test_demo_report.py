@@ -156,6 +156,20 @@ async def test_the_examples_are_a_solved_a_failed_and_the_worst_predicted_episod
     assert examples[0].reward_correct == 2
 
 
+async def test_an_episode_that_played_as_a_chosen_one_did_is_not_shown_again(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "store") as store:
+        shadowed = await shadowed_episodes(store, await store_rollouts(store))
+    worst = pick_examples(shadowed)[2]
+    original = next(s for s in shadowed if s.episode.episode_id == worst.episode_id)
+    twin = dataclasses.replace(original, episode=msgspec.structs.replace(original.episode, episode_id="twin"))
+    examples = pick_examples([*shadowed, twin], count=4)  # the twin would be the next most different
+    assert "twin" not in [e.episode_id for e in examples]
+    assert [e.why for e in examples] == ["solved", "failed", "prediction differed most", "next most different"]
+    assert len({e.episode_id for e in examples}) == 4
+    only_twins = pick_examples([original, twin])  # nothing else to show: one example, not the same one twice
+    assert [e.episode_id for e in only_twins] == [original.episode.episode_id]
+
+
 async def test_a_malformed_shadow_answer_is_unusable_and_scored_wrong(tmp_path: Path) -> None:
     async with open_store(tmp_path / "store") as store:
         shadowed = await shadowed_episodes(store, await store_rollouts(store))

@@ -194,7 +194,10 @@ def pick_examples(shadowed: Sequence[Shadowed], count: int = 3) -> tuple[Episode
 
     Solved and failed: the longest of their kind (more steps to see); differed
     most: the lowest mean of line similarity, element F1 and right reward and
-    end over its steps. Episodes the infrastructure cut are never chosen.
+    end over its steps. Episodes the infrastructure cut are never chosen, nor
+    one that played as a chosen one did (a group's episodes start from one
+    page, and a policy that has learnt the task often takes the same actions in
+    several): fewer examples rather than one shown twice.
     """
     scored = [(item, _scores(item)) for item in shadowed if not item.episode.cut_reason and item.steps]
     scored.sort(key=lambda pair: (pair[0].episode.task_id, pair[0].episode.seed or 0, pair[0].episode.episode_id))
@@ -206,13 +209,20 @@ def pick_examples(shadowed: Sequence[Shadowed], count: int = 3) -> tuple[Episode
         ("prediction differed most", worst),
     )
     chosen: list[EpisodeExample] = []
-    taken: set[str] = set()
+    taken: set[tuple[object, ...]] = set()
     for why, ranked in (*wanted, ("next most different", worst)):
-        pick = next((p for p in ranked if p[0].episode.episode_id not in taken), None)
+        pick = next((p for p in ranked if _played(p[0]) not in taken), None)
         if pick is not None and len(chosen) < count:
-            taken.add(pick[0].episode.episode_id)
+            taken.add(_played(pick[0]))
             chosen.append(_example(why, *pick))
     return tuple(chosen)
+
+
+def _played(item: Shadowed) -> tuple[object, ...]:
+    """What an episode shows: its task, seed, actions and their pages, rewards and ends, and the predictions."""
+    steps = tuple((str(s.action), s.next_observation.state, s.reward, s.terminated) for s in item.steps)
+    guesses = tuple(None if g is None else (g.next_observation.state, g.reward, g.terminated) for g in item.guesses)
+    return (item.episode.task_id, item.episode.seed, steps, guesses)
 
 
 def _scores(item: Shadowed) -> list[StepScore | None]:

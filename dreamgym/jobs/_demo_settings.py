@@ -26,8 +26,8 @@ perfect and has a decision left to learn (which named choice comes when, which t
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoSettings:
-    """What the demo runs. The defaults took 15 min 29 s on 2 CPU cores once setup had built its caches
-    (``benchmarks/results/first_run.json``).
+    """What the demo runs. The defaults took 11 min 48 s on 2 CPU cores once setup had built its caches
+    (``benchmarks/results/first_run.json`` at 97cbc5a).
 
     Example:
         >>> DemoSettings(tasks=("click-button",), train_seeds=(0,), held_out_seeds=(1000,), rollout_groups=2)
@@ -86,12 +86,13 @@ class DemoSettings:
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
     train_updates: int = 24
-    """GRPO updates in phase 6 (0 skips training; 15-25 s each at the defaults on 2 cores): one optimizer step
+    """GRPO updates in phase 6 (0 skips training; about 15 s each at the defaults on 2 cores): one optimizer step
     each, so with ``train_groups_per_update`` it sets how many steps the same episodes buy. From one kept
     warm start (51/80 held-out before; ``benchmarks/demo_arms.py``), 12 updates of four groups ended at 55, 38,
     52 and 24 of 80 over four runs (and the demo itself, 47), 24 updates of two groups at 63 and 50 in about
     the same time (``demo_arms_warm_start.json``; the 50 a one-off): the same episodes, twice the steps. The
-    first run at these defaults went 33/80 -> 60/80, intervals apart (``first_run.json`` at 01db013). With the
+    first run at these defaults went 33/80 -> 60/80, intervals apart (``first_run.json`` at 01db013), the next
+    48/80 -> 63/80, intervals overlapping (at 97cbc5a, one round of flat-group replays). With the
     seed set's demonstrations alone, neither 8 nor 12 updates of four groups showed learning (13/80 -> 24/80 at
     87738b1, 24/80 -> 20/80 at 5219d50, 16/80 -> 23/80 at e2df1dc: ``first_run.json`` of each)."""
     sim_trust: float = 0.9
