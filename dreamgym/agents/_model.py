@@ -123,7 +123,7 @@ class LogitsMemo:
 
     A prompt seen again is not run again: the eight episodes of a GRPO group
     start from one page, and a policy that has learnt a task takes the same
-    first steps in most of them (over three updates of the demo's training,
+    first steps in most of them (over three updates of the demo's training, counted once,
     277 turns were 91 distinct prompts, and at two browser contexts most
     arrive in batches of one, where :func:`_prefill` cannot share them). Emptied whenever the model
     or its :class:`WeightsVersion` changes, as :class:`PromptHead` is.

@@ -112,8 +112,9 @@ class MiniLMEmbedder:
       Retrieval embeds a query from the same text the store's indexer embeds
       the step from (:func:`transition_text`), and the eight episodes of a
       group often share their first pages and actions: over three updates
-      of the demo's training, 650 texts were 68 distinct ones. ``cache_size=0`` runs every
-      text (``computed_texts`` and ``cached_texts`` count the two).
+      of the demo's training (counted once, from a kept demo), 650 texts
+      were 68 distinct ones. ``cache_size=0`` runs every text
+      (``computed_texts`` and ``cached_texts`` count the two).
     - **bfloat16 where the device computes it natively** (``dtype="bfloat16"``,
       the default: CUDA, or a CPU with AVX-512 BF16 or AMX; see
       :func:`~dreamgym.core.devices.mixed_precision`): the passes run under
