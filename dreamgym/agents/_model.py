@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dreamgym.core.devices import model_device
+from dreamgym.core.memo import RecentValues
 
 if TYPE_CHECKING:
     import torch
@@ -136,7 +136,7 @@ class LogitsMemo:
         """Prompts run through the model."""
         self.hits = 0
         """Prompts answered from the memo (or from an equal prompt earlier in the same batch)."""
-        self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._rows: RecentValues[torch.Tensor] = RecentValues(size)
         self._key: tuple[int, int] = (0, -1)
 
     def rows(
@@ -148,18 +148,9 @@ class LogitsMemo:
             self._rows.clear()
             self._key = key
         names = [hashlib.blake2b(repr(list(prefix)).encode(), digest_size=16).digest() for prefix in prefixes]
-        missing = {name: prefix for name, prefix in zip(names, prefixes, strict=True) if name not in self._rows}
-        if missing:
-            computed = run(list(missing.values()))
-            for n, name in enumerate(missing):
-                self._rows[name] = computed[n].clone()
-        self.runs += len(missing)
-        self.hits += len(names) - len(missing)
-        found = [self._rows[name] for name in names]
-        for name in names:
-            self._rows.move_to_end(name)
-        while len(self._rows) > self.size:
-            self._rows.popitem(last=False)
+        found, ran = self._rows.fetch(names, prefixes, lambda missing: [row.clone() for row in run(missing)])
+        self.runs += ran
+        self.hits += len(names) - ran
         return found
 
 

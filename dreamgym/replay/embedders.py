@@ -18,7 +18,6 @@ import logging
 import re
 import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamgym.core.errors import BackendError, ConfigError
+from dreamgym.core.memo import RecentValues
 from dreamgym.core.protocols import Embedder
 
 __all__ = [
@@ -149,7 +149,7 @@ class MiniLMEmbedder:
         """Texts run through the model."""
         self.cached_texts = 0
         """Texts answered from the cache (or from an equal text earlier in the same call)."""
-        self._cache: OrderedDict[bytes, Vectors] = OrderedDict()
+        self._cache: RecentValues[Vectors] = RecentValues(cache_size)
         self.batch_size = batch_size
         self.max_length = max_length
         self.torch_threads = torch_threads
@@ -201,20 +201,10 @@ class MiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         keys = [hashlib.blake2b(text.encode(), digest_size=16).digest() for text in texts]
         with self._lock:
-            missing = list(dict.fromkeys(key for key in keys if key not in self._cache))
-            first = {key: n for n, key in reversed(list(enumerate(keys)))}
-            if missing:
-                computed = self._run([texts[first[key]] for key in missing])
-                for key, vector in zip(missing, computed, strict=True):
-                    self._cache[key] = vector
-            vectors = np.stack([self._cache[key] for key in keys])
-            self.computed_texts += len(missing)
-            self.cached_texts += len(keys) - len(missing)
-            for key in keys:  # the texts of this call are the most recent, whatever the cache's size
-                self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        return vectors
+            found, ran = self._cache.fetch(keys, list(texts), lambda missing: list(self._run(missing)))
+            self.computed_texts += ran
+            self.cached_texts += len(keys) - ran
+        return np.stack(found)  # a copy: the caller's array is its own
 
     def _run(self, texts: Sequence[str]) -> Vectors:
         """The model's normalised vectors of ``texts``, batched longest first, in the order given (under the lock)."""
