@@ -34,6 +34,13 @@ Three things make a step cheap without changing what it computes:
   each row computing them again: the same outputs and gradients, the prefix's
   gradient the sum of its rows' (:func:`shared_prefix`; ``share_prefix``).
 
+One thing changes what it computes, when asked: ``outcome_weight`` counts
+each token of an example's weighted tail (:attr:`TokenizedExample.weighted_from`:
+the experience model's ``<reward>`` and ``<done>``) that many times in the
+loss and in the mean it is divided by. The outcome is two or three of an
+answer's tens of tokens, and it is what a policy trained on the simulator
+exploits when wrong.
+
 Batches themselves are random (``group_by_length=False``) or of similar
 length (``True``, as transformers' length-grouped sampler); grouping changes
 which examples share a step, and on the offline default's data it cost
@@ -86,9 +93,19 @@ class TokenizedExample:
 
     input_ids: tuple[int, ...]
     prompt_length: int
+    weighted_from: int | None = None
+    """Where the answer's weighted tail starts (:func:`fit`'s ``outcome_weight``); ``None``: no tail."""
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    def weight(self, outcome_weight: float) -> float:
+        """How much the example's answer counts in a batch's mean: its tokens, the tail's ``outcome_weight`` each."""
+        answer = len(self) - self.prompt_length
+        if self.weighted_from is None or outcome_weight == 1.0:
+            return float(answer)
+        tail = len(self) - self.weighted_from
+        return answer - tail + outcome_weight * tail
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,7 +115,8 @@ class FitResult:
     steps: int
     """Optimizer steps taken."""
     loss: float
-    """Mean loss over the run's answer tokens, as the Trainer reports ``training_loss``."""
+    """Mean loss over the run's answer tokens, as the Trainer reports ``training_loss`` (with ``outcome_weight``,
+    each tail token counted that many times)."""
     last_loss: float
     """Mean loss of the last step."""
     tokens: int
@@ -114,23 +132,39 @@ class FitResult:
 
 
 def tokenize_example(
-    tokenizer: Any, prompt: list[dict[str, str]], completion: list[dict[str, str]]
+    tokenizer: Any, prompt: list[dict[str, str]], completion: list[dict[str, str]], *, weight_from: str | None = None
 ) -> TokenizedExample:
     """The chat-templated prompt (with the assistant's opening) followed by the answer, and where the answer starts.
 
     The answer starts where the prompt alone and prompt + answer stop agreeing,
     as TRL's SFT tokenization does, so the two train on the same tokens.
+    ``weight_from``: the answer's tokens from the last place its final message
+    holds this text on are its weighted tail (:attr:`TokenizedExample.weighted_from`;
+    where the text's first token merged with the one before, from that token).
     """
     prompt_ids = list(
         tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
     )
     full_ids = list(tokenizer.apply_chat_template(prompt + completion, tokenize=True, return_dict=False))
+    shared = _agreeing(prompt_ids, full_ids)
+    weighted_from = None
+    content = completion[-1]["content"]
+    at = content.rfind(weight_from) if weight_from else -1
+    if at >= 0:
+        head = [*completion[:-1], {**completion[-1], "content": content[:at]}]
+        head_ids = list(tokenizer.apply_chat_template(prompt + head, tokenize=True, return_dict=False))
+        weighted_from = max(_agreeing(head_ids, full_ids), shared)
+    return TokenizedExample(input_ids=tuple(full_ids), prompt_length=shared, weighted_from=weighted_from)
+
+
+def _agreeing(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many first tokens ``a`` and ``b`` share."""
     shared = 0
-    for a, b in zip(prompt_ids, full_ids, strict=False):
-        if a != b:
+    for x, y in zip(a, b, strict=False):
+        if x != y:
             break
         shared += 1
-    return TokenizedExample(input_ids=tuple(full_ids), prompt_length=shared)
+    return shared
 
 
 def length_grouped_batches(
@@ -209,6 +243,7 @@ def fit(
     micro_batch_tokens: int | None = MICRO_BATCH_TOKENS,
     share_prefix: bool = True,
     dtype: str = "auto",
+    outcome_weight: float = 1.0,
     what: str = "train",
 ) -> FitResult:
     """Train ``model`` in place on ``examples`` (blocking), reported as a progress phase of optimizer steps.
@@ -223,7 +258,8 @@ def fit(
     on CUDA in mixed precision (autocast over the weights, the loss scaled for
     ``float16``), ``bfloat16`` also on a CPU with bfloat16 units
     (:func:`~dreamgym.core.devices.mixed_precision`); otherwise they run in the
-    weights' own dtype (:attr:`FitResult.precision` says which). Raises nothing of its own; a model that
+    weights' own dtype (:attr:`FitResult.precision` says which). ``outcome_weight``: each token of an example's
+    weighted tail counts that many times (1: every answer token alike). Raises nothing of its own; a model that
     cannot take the batch raises torch's error.
     """
     import contextlib
@@ -255,14 +291,15 @@ def fit(
     model.train()
     began = time.perf_counter()
     loss_sum = 0.0
-    answer_tokens = fed = padded = 0
+    answer_tokens = 0.0  # weighted (outcome_weight)
+    fed = padded = 0
     last = float("nan")
     with progress(what, total=total, unit="steps") as phase:
         for batch in plan:
-            counted = sum(len(examples[i]) - examples[i].prompt_length for i in batch)
+            counted = sum(examples[i].weight(outcome_weight) for i in batch)
             summed = 0.0
             for part in micro_batches(lengths, batch, micro_batch_tokens):
-                inputs = _collate([examples[i] for i in part], pad_id, device)
+                inputs = _collate([examples[i] for i in part], pad_id, device, outcome_weight)
                 with (
                     torch.autocast(device.type, dtype=precision) if precision is not None else contextlib.nullcontext()
                 ):
@@ -344,10 +381,12 @@ def _answer_loss(model: Any, inputs: dict[str, Any], keeps_logits: bool, prefix:
     ids = inputs["input_ids"][:, prefix:]
     logits = model(input_ids=ids, attention_mask=inputs["attention_mask"], **extra).logits
     predicted = logits[:, :-1]  # position p predicts token p + 1
-    targets = labels[:, start + 1 :]
-    return F.cross_entropy(
-        predicted.reshape(-1, predicted.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE, reduction="sum"
-    )
+    targets = labels[:, start + 1 :].reshape(-1)
+    flat = predicted.reshape(-1, predicted.shape[-1]).float()
+    if "weights" not in inputs:
+        return F.cross_entropy(flat, targets, ignore_index=IGNORE, reduction="sum")
+    losses = F.cross_entropy(flat, targets, ignore_index=IGNORE, reduction="none")  # 0 where ignored
+    return (losses * inputs["weights"][:, prefix + start + 1 :].reshape(-1)).sum()
 
 
 def _prefix_cache(model: Any, prefix_ids: Any, rows: int, keeps_logits: bool) -> Any:
@@ -361,8 +400,9 @@ def _prefix_cache(model: Any, prefix_ids: Any, rows: int, keeps_logits: bool) ->
     return DynamicCache(ddp_cache_data=layers)
 
 
-def _collate(rows: Sequence[TokenizedExample], pad_id: int, device: Any) -> dict[str, Any]:
-    """Right-padded input ids, their attention mask, and labels that keep only the answers' tokens."""
+def _collate(rows: Sequence[TokenizedExample], pad_id: int, device: Any, outcome_weight: float = 1.0) -> dict[str, Any]:
+    """Right-padded input ids, their attention mask, and labels that keep only the answers' tokens; with an
+    ``outcome_weight`` other than 1 and a row with a weighted tail, each label's weight (``weights``)."""
     import torch
 
     width = max(len(row) for row in rows)
@@ -374,4 +414,11 @@ def _collate(rows: Sequence[TokenizedExample], pad_id: int, device: Any) -> dict
         ids[n, : len(row)] = values
         mask[n, : len(row)] = 1
         labels[n, row.prompt_length : len(row)] = values[row.prompt_length :]
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    if outcome_weight != 1.0 and any(row.weighted_from is not None for row in rows):
+        weights = torch.ones((len(rows), width), dtype=torch.float32, device=device)
+        for n, row in enumerate(rows):
+            if row.weighted_from is not None:
+                weights[n, row.weighted_from : len(row)] = outcome_weight
+        batch["weights"] = weights
+    return batch

@@ -61,6 +61,10 @@ log = logging.getLogger(__name__)
 METADATA_FILE = "dreamgym_model.json"
 """What a trained experience model's directory says about itself."""
 
+OUTCOME_MARK = "<reward>"
+"""Where an answer's outcome starts (``SimTrainConfig.outcome_weight``): every template's answer ends with its
+reward, then its end."""
+
 _SPECIALS = ["<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 _CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n{% endfor %}"
@@ -142,9 +146,21 @@ class SimTrainConfig:
     bfloat16 units in the plain loop (1.2 times float32's speed on the offline default's; elsewhere the CPU
     trains in float32). The model's metadata records what the passes ran in (``precision``)."""
 
+    outcome_weight: float = 1.0
+    """How many times each token of an answer's outcome (``<reward>`` and ``<done>``, the end of every answer)
+    counts in the loss, beside 1 for the page's (the plain loop only). The outcome is two or three of an answer's
+    tens of tokens, and a wrong one is what a policy trained on the simulator learns from: a reward paid for a
+    Submit on a form that does not match its goal."""
+
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError("SimTrainConfig.epochs must be > 0 and batch_size >= 1")
+        if self.outcome_weight <= 0:
+            raise ConfigError(f"SimTrainConfig.outcome_weight must be > 0, got {self.outcome_weight}")
+        if self.outcome_weight != 1.0 and self.loop != "plain":
+            raise ConfigError(
+                "SimTrainConfig.outcome_weight needs the plain loop (loop='plain'): TRL's weighs every token alike"
+            )
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
             raise ConfigError("SimTrainConfig.micro_batch_tokens must be >= 1 (or None: batches fed whole)")
         if self.loop not in ("plain", "trl"):
@@ -427,7 +443,7 @@ def _train_plain(
 
     rows = []
     for example in examples:
-        row = tokenize_example(tokenizer, *_conversation(example))
+        row = tokenize_example(tokenizer, *_conversation(example), weight_from=OUTCOME_MARK)
         if len(row) <= config.max_length:
             rows.append(row)
     dropped = _check_kept(len(rows), len(examples), config.max_length)
@@ -439,7 +455,7 @@ def _train_plain(
         model, rows, pad_id=tokenizer.pad_token_id, epochs=config.epochs, batch_size=config.batch_size,
         learning_rate=config.lr, seed=config.seed, max_steps=config.max_steps,
         group_by_length=config.group_by_length, micro_batch_tokens=config.micro_batch_tokens,
-        share_prefix=config.share_prefix, dtype=config.dtype, what=what,
+        share_prefix=config.share_prefix, dtype=config.dtype, outcome_weight=config.outcome_weight, what=what,
     )  # fmt: skip
     figures = {
         "train_loss": result.loss,

@@ -12,6 +12,7 @@ import toy_form
 from helpers import Recorder
 from sim_helpers import EMBEDDER, TINY, TOY_TEMPLATE, fill_toy_store, open_store
 
+from dreamgym.core.errors import ConfigError
 from dreamgym.core.progress import listening
 from dreamgym.replay import LmdbReplayStore, StoreConfig
 from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
@@ -27,6 +28,7 @@ from dreamgym.simulator._loop import (
     tokenize_example,
 )
 from dreamgym.simulator._sft import (
+    OUTCOME_MARK,
     SFTExample,
     SimTrainConfig,
     _conversation,
@@ -57,6 +59,55 @@ async def test_the_loss_covers_the_answer_and_its_end_and_nothing_of_the_prompt(
     assert tokenizer.decode(row.input_ids[: row.prompt_length]) == prompt
     assert tokenizer.decode(trained).startswith(example.completion + "<|end|>")
     assert len(trained) == len(row) - row.prompt_length
+
+
+async def test_the_weighted_tail_is_the_answers_reward_and_end(tmp_path: Path) -> None:
+    example = (await _examples(tmp_path))[0]
+    tokenizer = train_tokenizer([m.content for m in example.messages] + [example.completion], 400)
+    row = tokenize_example(tokenizer, *_conversation(example), weight_from=OUTCOME_MARK)
+    assert row.weighted_from is not None and row.prompt_length < row.weighted_from < len(row)
+    tail = tokenizer.decode(row.input_ids[row.weighted_from :])
+    assert tail.strip().startswith("<reward>") and tail.rstrip().endswith("<|end|>")
+    assert "<diff>" not in tail and tail.count("<done>") == 1
+    assert tokenize_example(tokenizer, *_conversation(example)).weighted_from is None  # asked for none
+    assert tokenize_example(tokenizer, *_conversation(example), weight_from="<absent>").weighted_from is None
+    answer, kept = len(row) - row.prompt_length, len(row) - row.weighted_from
+    assert row.weight(1.0) == answer and row.weight(5.0) == answer + 4 * kept
+
+
+async def test_an_outcome_weight_multiplies_the_tails_loss_and_nothing_else(tmp_path: Path) -> None:
+    import torch
+
+    examples = await _examples(tmp_path)
+    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
+    tokenizer = train_tokenizer(texts, 400)
+    rows = [tokenize_example(tokenizer, *_conversation(e), weight_from=OUTCOME_MARK) for e in examples[:5]]
+    model = scratch_model(tokenizer, TINY)
+    plain = _collate(rows, tokenizer.pad_token_id, "cpu")
+    assert "weights" not in plain and "weights" not in _collate(rows, tokenizer.pad_token_id, "cpu", 1.0)
+    heavy = _collate(rows, tokenizer.pad_token_id, "cpu", 5.0)
+    with torch.no_grad():
+        logits = model(input_ids=plain["input_ids"], attention_mask=plain["attention_mask"]).logits[:, :-1]
+        each = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), plain["labels"][:, 1:].reshape(-1), reduction="none"
+        ).reshape(len(rows), -1)
+        tail = torch.zeros_like(each, dtype=torch.bool)
+        for n, row in enumerate(rows):
+            tail[n, row.weighted_from - 1 : len(row) - 1] = True  # position p predicts token p + 1
+        expected = each.sum() + 4 * each[tail].sum()
+        prefix = shared_prefix(rows)
+        for keeps, shared in ((True, 0), (False, 0), (True, prefix)):
+            weighted = _answer_loss(model, heavy, keeps_logits=keeps, prefix=shared)
+            assert torch.allclose(weighted, expected, rtol=1e-5)
+            assert torch.allclose(_answer_loss(model, plain, keeps_logits=keeps, prefix=shared), each.sum(), rtol=1e-5)
+
+
+def test_an_outcome_weight_needs_the_plain_loop_and_a_positive_value() -> None:
+    assert SimTrainConfig(outcome_weight=8.0).outcome_weight == 8.0
+    with pytest.raises(ConfigError, match="plain loop"):
+        SimTrainConfig(outcome_weight=8.0, loop="trl")
+    with pytest.raises(ConfigError, match="> 0"):
+        SimTrainConfig(outcome_weight=0.0)
 
 
 def test_grouped_batches_visit_every_example_once_with_little_padding() -> None:
