@@ -154,7 +154,7 @@ def score_answers(steps: Sequence[Any], answers: Sequence[tuple[float, bool] | N
     """Reward accuracy over all ``steps`` (beside always-0) and the gate's figure: the share of deciding steps whose
     outcome was right (``dreamgym.runtime.shadow_right``), overall and per task. No answer counts as wrong, and as
     reward 0 without an end when deciding which steps decide."""
-    from dreamgym.runtime._stats import deciding, shadow_right
+    from dreamgym.core.outcomes import deciding, shadow_right
 
     tasks: dict[str, dict[str, int]] = {}
     reward_right = zero_right = 0

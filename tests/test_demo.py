@@ -53,6 +53,9 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     assert metrics["train/synthetic_groups"] == 0 and metrics["train/gated_groups"] >= 2
     assert metrics["train/real_groups"] >= 2 + metrics["train/gated_groups"]
     assert metrics["train/real_steps"] > 0 and metrics["train/synthetic_steps"] == 0
+    # every real step was one policy turn: the model ran on its prompt, or a recent equal prompt's logits served
+    turns = metrics["train/policy_prompts_run"] + metrics["train/policy_prompts_reused"]
+    assert metrics["train/policy_prompts_run"] > 0 and turns >= metrics["train/real_steps"]
     assert "drawn synthetic played real" in result.stdout + (out / "report.md").read_text()
     assert report["real_steps"] == (
         report["seed_set"]["steps"] + report["rollouts"]["real_steps"] + metrics["train/real_steps"]
@@ -160,6 +163,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "warm_epochs": (("--warm-epochs", "0.5"), 0.5),
         "sim_model": (("--sim-model", str(tmp_path / "s")), tmp_path / "s"),
         "sim_epochs": (("--sim-epochs", "2.5"), 2.5),
+        "sim_outcome_weight": (("--sim-outcome-weight", "5"), 5.0),
         "out": (("--out", str(tmp_path / "o")), tmp_path / "o"),
         "train_updates": (("--train-updates", "0"), 0),
         "train_groups_per_update": (("--train-groups-per-update", "3"), 3),

@@ -135,7 +135,8 @@ async def demo_report(tmp_path: Path) -> DemoReport:
         before=evaluation(1), rollouts=RolloutFigures(
             groups=3, real_groups=3, synthetic_groups=0, real_episodes=6, synthetic_episodes=0,
             real_steps=real_steps, synthetic_steps=0, real_successes=3, synthetic_successes=0),
-        shadow=score_shadows(shadowed), held_out=score_summary(validation.one_step["model"], held),
+        shadow=score_shadows(shadowed),
+        held_out=score_summary(validation.one_step["model"], held, validation.deciding["model"]),
         training=training, after=evaluation(8), store={"real": real_steps, "synthetic": real_steps},
         phases={"1 collect": 1.0}, held_out_fidelity=fidelity_by_change(validation), curve=curve,
         examples=pick_examples(shadowed),
@@ -197,10 +198,13 @@ async def test_held_out_counts_from_validate_agree_with_scoring_each_prediction(
         queries = await teacher_forced_queries(held, store=store)
         made = await predict_steps(model, queries)
     direct = score_predictions([step for step, _ in queries], made.predictions)
-    derived = score_summary(validation.one_step["model"], held)
+    derived = score_summary(validation.one_step["model"], held, validation.deciding["model"])
     assert dataclasses.replace(derived, similarity=0.0) == dataclasses.replace(direct, similarity=0.0)
     assert derived.similarity == pytest.approx(direct.similarity, abs=1e-4)
     assert derived.reward_correct == 5  # right on the even seed only
+    # deciding: the even seed's two Submits (right); on the odd seed every flipped end decides (5 steps, wrong)
+    assert dict(derived.deciding_by_task) == {TASK.task_id: (7, 2)}
+    assert (derived.deciding, derived.deciding_correct) == (7, 2)
 
 
 async def test_report_json_carries_the_fidelity_table_the_curve_and_the_examples(tmp_path: Path) -> None:
@@ -219,6 +223,9 @@ async def test_report_json_carries_the_fidelity_table_the_curve_and_the_examples
     )
     assert fidelity["page changed"]["model"]["n"] + fidelity["page unchanged"]["model"]["n"] == 10
     assert [row["update"] for row in data["learning_curve"]] == [1, 2]
+    held = data["simulator_held_out"]
+    assert (held["deciding"], held["deciding_correct"], held["deciding_by_task"]) == (7, 2, {TASK.task_id: [7, 2]})
+    assert data["shadow"]["deciding"] >= data["shadow"]["deciding_correct"] > 0
     assert [example["why"] for example in data["examples"]] == ["solved", "failed", "prediction differed most"]
     assert data["examples"][2]["steps"][1]["predicted_state"].endswith(INVENTED)
 
@@ -239,3 +246,5 @@ async def test_chromium_opens_the_demo_page_offline_without_errors(tmp_path: Pat
     assert seen["sides"] == 7  # solved 2 steps + failed 3 + the worst 3, less its first (no usable prediction)
     assert seen["overflowing"] == 0
     assert not seen["wider"]  # nothing makes the page scroll sideways
+    html = html_path.read_text()
+    assert "Where an outcome is decided" in html and "2/7 = 0.29" in html  # the held-out deciding steps

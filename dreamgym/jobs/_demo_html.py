@@ -182,6 +182,30 @@ def _reward_baselines(held: ShadowScore, shadow: ShadowScore) -> list[str]:
         "The shadowed steps are the real rollout steps (training seeds), each predicted as it was played.</p>",
         table(["steps", "n", "simulator", "always 0", "majority class", "unusable"], rows),
         charts([bar_chart("reward accuracy", list(scores), series)]),
+        *_deciding(scores),
+    ]
+
+
+def _deciding(scores: Mapping[str, ShadowScore]) -> list[str]:
+    """The deciding steps per task: what the trust gate reads before the simulator may play a task."""
+    tasks = sorted({task for s in scores.values() for task in s.deciding_by_task})
+    if not tasks:
+        return []
+
+    def cell(counts: tuple[int, int] | None) -> str:
+        return _rate(counts[1], counts[0]) if counts and counts[0] else "–"
+
+    rows = [
+        [name, cell((s.deciding, s.deciding_correct)), *(cell(s.deciding_by_task.get(task)) for task in tasks)]
+        for name, s in scores.items()
+    ]
+    return [
+        "<h3>Where an outcome is decided</h3>",
+        '<p class="muted">Steps where the real episode ended, or a reward was paid or an end predicted: most steps '
+        "pay 0 on both sides, so the accuracy over all steps hides these. The simulator plays a task's training "
+        "groups only once this share of its shadow answers on the task's real steps is at least the trust gate's "
+        "(<code>--sim-trust</code>).</p>",
+        table(["steps", "all tasks", *(task.split("/")[-1] for task in tasks)], rows),
     ]
 
 

@@ -34,6 +34,9 @@ class PolicyWeights:
     model: Any
     tokenizer: Any
     digest: str
+    logits_memo: int = 256
+    """Prompts whose logits the policies made here keep while the weights stay (``LocalPolicyConfig.logits_memo``;
+    0: none, every turn runs the model, as ``benchmarks/train_caches.py``'s baseline does)."""
 
     def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
         """The ``index`` policy over the page's listed candidates, sharing ``limiter`` with the other torch work.
@@ -45,7 +48,9 @@ class PolicyWeights:
         """
         from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 
-        config = LocalPolicyConfig(mode="index", temperature=temperature, seed=seed, list_actions=False)
+        config = LocalPolicyConfig(
+            mode="index", temperature=temperature, seed=seed, list_actions=False, logits_memo=self.logits_memo
+        )
         return LocalPolicy(
             self.model, self.tokenizer, name=self.directory.name, digest=self.digest, config=config, limiter=limiter
         )
@@ -202,6 +207,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         model=trainer.grpo.model,
         tokenizer=weights.tokenizer,
         digest=f"{weights.digest[:12]}+lora-u{state.update}",
+        logits_memo=weights.logits_memo,
     )
     metrics = {
         "train/updates": float(state.update),
@@ -214,8 +220,16 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         "train/seconds": result.seconds,
         "train/rollout_seconds": state.rollout_seconds,
         **({"train/last_loss": float(losses[-1])} if losses else {}),
+        **_memo_figures(policy),
     }
     return TrainOutcome(policy=trained, metrics=metrics, report=functools.partial(trainer.report, kind="demo"))
+
+
+def _memo_figures(policy: LocalPolicy) -> dict[str, float]:
+    """How many of the policy's turns ran the model and how many reused a prompt's logits (none without a memo)."""
+    if policy.memo is None:
+        return {}
+    return {"train/policy_prompts_run": float(policy.memo.runs), "train/policy_prompts_reused": float(policy.memo.hits)}
 
 
 def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:

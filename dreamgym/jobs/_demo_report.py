@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dreamgym.core.outcomes import deciding, shadow_right
 from dreamgym.jobs._demo_figures import EpisodeExample, UpdateRewards, as_plain
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from dreamgym.runtime import GroupResult, RuntimeSnapshot
     from dreamgym.simulator import FidelitySummary
     from dreamgym.trainer import EvalResult
+    from dreamgym.validate import DecidingSummary
 
 __all__ = [
     "DemoReport",
@@ -60,6 +62,19 @@ class ShadowScore:
     majority_reward_correct: int = 0
     """What always predicting the steps' most common real reward would score on them: the best
     constant in hindsight (a baseline to beat)."""
+    deciding_by_task: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Per task, the deciding steps (:func:`dreamgym.core.outcomes.deciding`: the real episode ended, or a reward
+    was paid or an end predicted) and those whose reward and end the simulator got right: what the trust gate
+    reads (``sim_trust`` of a task's must be right before the simulator plays it). A step without a usable
+    prediction counts as reward 0, no end, and wrong."""
+
+    @property
+    def deciding(self) -> int:
+        return sum(n for n, _ in self.deciding_by_task.values())
+
+    @property
+    def deciding_correct(self) -> int:
+        return sum(right for _, right in self.deciding_by_task.values())
 
     @property
     def reward_accuracy(self) -> float:
@@ -76,6 +91,10 @@ class ShadowScore:
             "done_accuracy": self.done_correct / self.n if self.n else 0.0,
             "zero_reward_accuracy": self.zero_reward_correct / self.n if self.n else 0.0,
             "majority_reward_accuracy": self.majority_reward_correct / self.n if self.n else 0.0,
+            "deciding_by_task": {task: list(counts) for task, counts in self.deciding_by_task.items()},
+            "deciding": self.deciding,
+            "deciding_correct": self.deciding_correct,
+            "deciding_accuracy": self.deciding_correct / self.deciding if self.deciding else 0.0,
         }
 
 
@@ -223,14 +242,18 @@ def score_predictions(steps: Sequence[Step], predictions: Sequence[Prediction | 
     )
 
 
-def score_summary(summary: FidelitySummary, steps: Sequence[Step]) -> ShadowScore:
+def score_summary(
+    summary: FidelitySummary, steps: Sequence[Step], deciding: DecidingSummary | None = None
+) -> ShadowScore:
     """A teacher-forced summary of the real ``steps`` (``dreamgym.validate``'s) as counts, with the constant
-    baselines on the same steps (the summary's rates are rounded to 4 places: exact counts up to n = 5,000)."""
+    baselines on the same steps (the summary's rates are rounded to 4 places: exact counts up to n = 5,000) and
+    the deciding steps' counts per task (``deciding``, validate's)."""
     always_zero, majority = _constant_baselines(steps)
     return ShadowScore(
         n=summary.n, reward_correct=round(summary.reward_accuracy * summary.n),
         done_correct=round(summary.done_accuracy * summary.n), unusable=summary.failures,
         similarity=summary.similarity, zero_reward_correct=always_zero, majority_reward_correct=majority,
+        deciding_by_task=dict(deciding.by_task) if deciding is not None else {},
     )  # fmt: skip
 
 
@@ -246,8 +269,14 @@ def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> Shad
 
     n = reward = done = unusable = 0
     similarity = 0.0
+    decided: dict[str, tuple[int, int]] = {}
     for step, answer in pairs:
         n += 1
+        _, predicted_reward, predicted_end = answer if answer is not None else ("", 0.0, False)
+        if deciding(step, predicted_reward, predicted_end):
+            count, right = decided.get(step.task_id, (0, 0))
+            right += answer is not None and shadow_right(step, predicted_reward, predicted_end)
+            decided[step.task_id] = (count + 1, right)
         if answer is None:
             unusable += 1
             continue
@@ -259,6 +288,7 @@ def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> Shad
     return ShadowScore(
         n=n, reward_correct=reward, done_correct=done, unusable=unusable,
         similarity=similarity / n if n else 0.0, zero_reward_correct=zero, majority_reward_correct=majority,
+        deciding_by_task=dict(sorted(decided.items())),
     )  # fmt: skip
 
 
@@ -292,6 +322,8 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
         ("  majority class on the same steps", *_rate(held.majority_reward_correct, held.n)),
         ("  simulator end-of-episode accuracy", *_rate(held.done_correct, held.n)),
         ("  unusable predictions", str(held.unusable), f"of n = {held.n}"),
+        ("  simulator outcome on the deciding steps (what the trust gate reads)",
+         *_deciding(held, report.settings.get("sim_trust"))),
         ("simulator reward accuracy (shadowed rollouts, training seeds)", *_rate(shadow.reward_correct, shadow.n)),
         ("  always-0 / majority class on the same steps",
          f"{shadow.zero_reward_correct} / {shadow.majority_reward_correct}", f"of n = {shadow.n}"),
@@ -302,6 +334,14 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
     rows += [(f"wall-clock: {name}", f"{seconds:.1f} s", "") for name, seconds in report.phases.items()]
     rows.append(("wall-clock: total", f"{sum(report.phases.values()):.1f} s", ""))
     return rows
+
+
+def _deciding(score: ShadowScore, trust: object) -> tuple[str, str]:
+    """The deciding steps' right share with its interval, and per task, with the gate's threshold."""
+    value, spread = _rate(score.deciding_correct, score.deciding)
+    tasks = ", ".join(f"{task.split('/')[-1]} {right}/{n}" for task, (n, right) in score.deciding_by_task.items())
+    gate = f"; the gate needs {float(trust):.2f} of a task's" if isinstance(trust, float | int) and trust else ""
+    return value, f"{spread}{'; ' + tasks if tasks else ''}{gate}"
 
 
 def _warm_value(warm: Mapping[str, Any]) -> str:

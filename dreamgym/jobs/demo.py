@@ -368,9 +368,10 @@ async def _held_out_fidelity(
             neighbours=model.config.template.neighbours, exclude_task_seeds=held_out_pairs(settings), worst_cases=0
         )
         report = await validate(model, steps, store=store, config=config)
-    score = score_summary(report.one_step["model"], steps)
-    log.info("demo: simulator right on %d/%d held-out rewards (always-0 %d, majority class %d)",
-             score.reward_correct, score.n, score.zero_reward_correct, score.majority_reward_correct)  # fmt: skip
+    score = score_summary(report.one_step["model"], steps, report.deciding["model"])
+    log.info("demo: simulator right on %d/%d held-out rewards (always-0 %d, majority class %d), on %d/%d deciding",
+             score.reward_correct, score.n, score.zero_reward_correct, score.majority_reward_correct,
+             score.deciding_correct, score.deciding)  # fmt: skip
     return score, fidelity_by_change(report)
 
 

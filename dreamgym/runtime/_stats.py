@@ -7,24 +7,13 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dreamgym.core.outcomes import deciding, shadow_right
 from dreamgym.core.types import Episode, Step
 
-__all__ = ["SHADOW_MEMORY", "RuntimeSnapshot", "RuntimeStats", "deciding", "shadow_right"]
+__all__ = ["SHADOW_MEMORY", "RuntimeSnapshot", "RuntimeStats"]
 
 SHADOW_MEMORY = 256
 """Shadowed deciding steps remembered per task (the most recent)."""
-
-
-def deciding(real: Step, predicted_reward: float, predicted_end: bool) -> bool:
-    """Whether a shadowed real step decides an outcome: the real episode ended there, or either side paid a
-    reward, or the simulator said it ended. What a policy trained on the simulator exploits is a wrong answer
-    on such a step (a reward paid for a premature Submit); every other step pays 0 on both sides."""
-    return real.terminated or predicted_end or real.reward >= 0.5 or predicted_reward >= 0.5
-
-
-def shadow_right(real: Step, predicted_reward: float, predicted_end: bool) -> bool:
-    """The simulator got the step's outcome: its reward within 0.5 of the real one and the same end."""
-    return abs(predicted_reward - real.reward) <= 0.5 and predicted_end == real.terminated
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

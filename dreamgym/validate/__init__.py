@@ -9,6 +9,8 @@ unchanged"), :func:`validate` measures:
   format (element precision / recall / F1, line similarity), hallucinated
   elements, and how actions that really failed are handled — overall and by
   site, task and step depth;
+- the outcome on deciding steps (an episode ended, a reward was paid), per
+  task: what the trainer's trust gate compares with ``sim_trust``;
 - the fidelity ablation: without retrieval, history, reasoning;
 - open-loop drift: a real action sequence replayed through the simulator
   alone, fidelity per depth k;
@@ -25,7 +27,7 @@ Leakage rule: retrieval never returns the evaluated episode nor any held-out
 
 from dreamgym.validate._judge import RUBRIC, JudgeSummary, judge_episodes, parse_rubric, rubric_messages
 from dreamgym.validate._open_loop import DriftPoint, open_loop_drift, replay_episode
-from dreamgym.validate._outcomes import ActionErrorSummary, RewardConfusion, StepOutcome, WorstCase
+from dreamgym.validate._outcomes import ActionErrorSummary, DecidingSummary, RewardConfusion, StepOutcome, WorstCase
 from dreamgym.validate._report import render_html, write_report
 from dreamgym.validate._run import (
     ABLATIONS,
@@ -40,6 +42,7 @@ __all__ = [
     "ABLATIONS",
     "RUBRIC",
     "ActionErrorSummary",
+    "DecidingSummary",
     "DriftPoint",
     "JudgeSummary",
     "RewardConfusion",

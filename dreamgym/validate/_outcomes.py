@@ -9,6 +9,11 @@ one-step fidelity is computed from these:
 - :class:`RewardConfusion`: real reward (1 when >= 0.5) × predicted reward
   (1 when >= 0.5), over usable predictions, with the mean absolute reward
   error — the estimate of the reward error the simulator feeds a policy;
+- :class:`DecidingSummary`: on the steps that decide an outcome (the real
+  episode ended, or either side paid a reward or ended it:
+  :func:`dreamgym.core.outcomes.deciding`), how often the predictor got the
+  outcome right, per task — the figure the trainer's trust gate compares with
+  ``TrainConfig.sim_trust`` before it lets the simulator play a task;
 - :class:`ActionErrorSummary`: on the steps whose real outcome was an action
   error (``last_action_error`` set), how often the predictor said the action
   failed, kept the page, and gave reward 0;
@@ -25,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from dreamgym.core.outcomes import deciding, shadow_right
 from dreamgym.core.protocols import Prediction
 from dreamgym.core.state import parse_state
 from dreamgym.core.types import Step
@@ -33,12 +39,14 @@ from dreamgym.simulator import FidelitySummary, StepScore, score_step, summarise
 
 __all__ = [
     "ActionErrorSummary",
+    "DecidingSummary",
     "RewardConfusion",
     "StepOutcome",
     "WorstCase",
     "action_error_summary",
     "breakdown",
     "change_key",
+    "deciding_summary",
     "depth_key",
     "outcomes_of",
     "reward_confusion",
@@ -157,6 +165,50 @@ def reward_confusion(outcomes: Sequence[StepOutcome]) -> RewardConfusion:
         true_negative=count(False, False),
         failed=len(outcomes) - len(usable),
         mean_abs_error=round(sum(errors) / len(errors), 4) if errors else 0.0,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecidingSummary:
+    """A predictor's outcomes on the deciding steps: ``right`` of ``steps``, and per task (deciding steps, right).
+
+    A step without a usable prediction counts as a prediction of reward 0 and
+    no end (it decides only if the real step does) and as wrong.
+    """
+
+    steps: int
+    right: int
+    by_task: dict[str, tuple[int, int]]
+
+    @property
+    def accuracy(self) -> float:
+        return self.right / self.steps if self.steps else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "steps": self.steps,
+            "right": self.right,
+            "accuracy": round(self.accuracy, 4),
+            "by_task": {
+                task: {"steps": n, "right": right, "accuracy": round(right / n, 4) if n else 0.0}
+                for task, (n, right) in self.by_task.items()
+            },
+        }
+
+
+def deciding_summary(outcomes: Iterable[StepOutcome]) -> DecidingSummary:
+    """Count the deciding steps among ``outcomes`` and those whose outcome the predictor got right, per task."""
+    tasks: dict[str, list[int]] = {}
+    for outcome in outcomes:
+        prediction = outcome.prediction
+        reward, end = (prediction.reward, prediction.terminated) if prediction is not None else (0.0, False)
+        if deciding(outcome.step, reward, end):
+            row = tasks.setdefault(outcome.step.task_id, [0, 0])
+            row[0] += 1
+            row[1] += prediction is not None and shadow_right(outcome.step, reward, end)
+    by_task = {task: (n, right) for task, (n, right) in sorted(tasks.items())}
+    return DecidingSummary(
+        steps=sum(n for n, _ in by_task.values()), right=sum(r for _, r in by_task.values()), by_task=by_task
     )
 
 

@@ -57,6 +57,7 @@ def render_html(report: ValidationReport) -> str:
         f"{escape(_settings(report.settings))}</p>",
         *_one_step(report),
         *_reward(report.reward),
+        *_deciding(report),
         *_action_errors(report),
         *_breakdowns(report),
         *_ablations(report),
@@ -110,6 +111,28 @@ def _reward(reward: Mapping[str, RewardConfusion]) -> list[str]:
         "<h2>Reward confusion (real × predicted, reward ≥ 0.5 is 1)</h2>",
         charts(matrices),
         table(["", "success precision", "success recall", "mean reward error", "unusable"], rows),
+    ]
+
+
+def _deciding(report: ValidationReport) -> list[str]:
+    """The outcome on the steps that decide one, per predictor and task: what the trust gate reads."""
+    tasks = sorted({task for d in report.deciding.values() for task in d.by_task})
+    if not tasks:
+        return []
+
+    def cell(counts: tuple[int, int] | None) -> str:
+        return f"{counts[1]}/{counts[0]}" if counts and counts[0] else "–"
+
+    rows = [
+        [name, cell((d.steps, d.right)), d.accuracy, *(cell(d.by_task.get(task)) for task in tasks)]
+        for name, d in report.deciding.items()
+    ]
+    return [
+        "<h2>Deciding steps (the real episode ended, or a reward was paid or an end predicted)</h2>",
+        '<p class="muted">Whether the predicted reward and end were right where an outcome is decided: most steps '
+        "pay 0 on both sides, so reward accuracy over all steps hides these. The trainer lets a simulator play a "
+        "task only once this share of its shadow answers on the task is at least <code>sim_trust</code>.</p>",
+        table(["", "right", "share", *tasks], rows),
     ]
 
 

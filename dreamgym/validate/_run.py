@@ -44,12 +44,14 @@ from dreamgym.validate._judge import JudgeSummary, judge_episodes
 from dreamgym.validate._open_loop import DriftPoint, open_loop_drift
 from dreamgym.validate._outcomes import (
     ActionErrorSummary,
+    DecidingSummary,
     RewardConfusion,
     StepOutcome,
     WorstCase,
     action_error_summary,
     breakdown,
     change_key,
+    deciding_summary,
     depth_key,
     outcomes_of,
     reward_confusion,
@@ -115,6 +117,8 @@ class ValidationReport:
     tasks: int
     one_step: dict[str, FidelitySummary]
     reward: dict[str, RewardConfusion]
+    deciding: dict[str, DecidingSummary]
+    """Per predictor, its outcomes on the steps that decide one (what the trust gate reads), per task."""
     action_errors: dict[str, ActionErrorSummary]
     by_site: dict[str, dict[str, FidelitySummary]]
     by_task: dict[str, dict[str, FidelitySummary]]
@@ -145,6 +149,7 @@ class ValidationReport:
             "settings": self.settings,
             "one_step": {name: s.as_dict() for name, s in self.one_step.items()},
             "reward": {name: c.as_dict() for name, c in self.reward.items()},
+            "deciding": {name: d.as_dict() for name, d in self.deciding.items()},
             "action_errors": {name: a.as_dict() for name, a in self.action_errors.items()},
             "by_site": groups(self.by_site),
             "by_task": groups(self.by_task),
@@ -161,11 +166,14 @@ class ValidationReport:
         }
 
     def as_metrics(self) -> dict[str, float]:
-        """Flat ``validate/...`` figures for a training log (one-step, ablations, drift, judge)."""
+        """Flat ``validate/...`` figures for a training log (one-step, deciding steps, ablations, drift, judge)."""
         keys = ("reward_accuracy", "done_accuracy", "similarity", "f1", "hallucination_rate")
         out: dict[str, float] = {}
         for name, summary in self.one_step.items():
             out.update({f"validate/{name}/{key}": float(getattr(summary, key)) for key in keys})
+        for name, decided in self.deciding.items():
+            if decided.steps:
+                out[f"validate/{name}/deciding_accuracy"] = decided.accuracy
         for name, row in self.ablations.items():
             if isinstance(row, FidelitySummary) and name != "full":
                 out.update({f"validate/ablation/{name}/{key}": float(getattr(row, key)) for key in keys})
@@ -313,6 +321,7 @@ async def validate(
         tasks=len({step.task_id for step in chosen}),
         one_step=one_step,
         reward={name: reward_confusion(rows) for name, rows in outcomes.items()},
+        deciding={name: deciding_summary(rows) for name, rows in outcomes.items()},
         action_errors={name: action_error_summary(rows) for name, rows in outcomes.items()},
         by_site={name: breakdown(name, rows, lambda s: s.site or "(none)") for name, rows in outcomes.items()},
         by_task={name: breakdown(name, rows, lambda s: s.task_id) for name, rows in outcomes.items()},

@@ -50,6 +50,9 @@ async def test_a_perfect_simulator_scores_perfectly(tmp_path: Path) -> None:
         3, 0, 0, 12,
     )  # fmt: skip
     assert confusion.mean_abs_error == 0.0
+    # the deciding steps: two Submits a seed end an episode (one of them paid); every one right
+    deciding = report.deciding["model"]
+    assert (deciding.steps, deciding.right, deciding.by_task) == (6, 6, {"toy/name": (6, 6)})
     errors = report.action_errors["model"]
     assert (errors.n, errors.predicted_error, errors.predicted_unchanged, errors.predicted_reward_zero) == (3, 1, 1, 1)
     assert list(report.by_depth["model"]) == ["0", "1", "2"]
@@ -79,6 +82,10 @@ async def test_a_known_wrong_simulator_scores_what_it_should(tmp_path: Path) -> 
         0, 3, 12, 0,
     )  # fmt: skip
     assert confusion.mean_abs_error == 1.0 and confusion.success_recall == 0.0
+    # each flipped end makes a step deciding (an end predicted where the episode went on), and each is wrong
+    assert (report.deciding["model"].steps, report.deciding["model"].right, report.deciding["model"].accuracy) == (
+        15, 0, 0.0,
+    )  # fmt: skip
     errors = report.action_errors["model"]
     assert (errors.n, errors.predicted_error, errors.predicted_unchanged, errors.predicted_reward_zero) == (3, 0, 0, 0)
     assert report.worst_cases and all(INVENTED in case.predicted_state for case in report.worst_cases)
@@ -95,6 +102,8 @@ async def test_the_baselines_score_what_they_should(tmp_path: Path) -> None:
     assert unchanged.hallucination_rate == 0.0
     assert report.action_errors["unchanged"].predicted_error == 0.0
     assert report.action_errors["unchanged"].predicted_unchanged == 1.0
+    # reward 0 and no end: the six real ends decide, and it misses each (right on the other nine, which hide it)
+    assert (report.deciding["unchanged"].steps, report.deciding["unchanged"].right) == (6, 0)
     # With every pair of the task held out, nothing is retrieved and copying the top neighbour keeps the page.
     copy = report.one_step["copy_top_retrieved"]
     untimed = {"name": "", "seconds_per_step": 0.0}  # scores, not how long each took (a loaded machine varies)
@@ -131,6 +140,7 @@ async def test_an_unusable_model_scores_zero_and_is_counted(tmp_path: Path) -> N
     model = report.one_step["model"]
     assert model.failures == 15 and model.similarity == 0.0 and model.reward_accuracy == 0.0
     assert report.reward["model"].failed == 15 and report.reward["model"].true_negative == 0
+    assert (report.deciding["model"].steps, report.deciding["model"].right) == (6, 0)  # the real ends, all wrong
     assert report.action_errors["model"].failures == 3
     # The error step is answered by the simulator's rule, the others end the simulation at once.
     first = report.open_loop["model"][0]
@@ -200,7 +210,10 @@ async def test_ablation_rows_and_the_flat_metrics(tmp_path: Path) -> None:
     assert data["ablations"]["no_retrieval"]["reward_accuracy"] == 0.0
     assert set(data["one_step"]) == {"model", "copy_top_retrieved", "unchanged"}
     metrics = report.as_metrics()
-    assert metrics["validate/model/reward_accuracy"] == 1.0
+    assert metrics["validate/model/reward_accuracy"] == 1.0 and metrics["validate/model/deciding_accuracy"] == 1.0
+    assert data["deciding"]["unchanged"] == {
+        "steps": 6, "right": 0, "accuracy": 0.0, "by_task": {"toy/name": {"steps": 6, "right": 0, "accuracy": 0.0}}
+    }  # fmt: skip
     assert metrics["validate/ablation/no_retrieval/reward_accuracy"] == 0.0
     assert metrics["validate/open_loop/model/similarity@2"] == 1.0
     assert all(key.startswith("validate/") for key in metrics)

@@ -33,13 +33,14 @@ async def test_the_report_files_hold_every_section(tmp_path: Path) -> None:
     assert [p["k"] for p in data["open_loop"]["model"]] == [1, 2, 3]
     html = html_path.read_text()
     headings = (
-        "One step, teacher-forced", "Reward confusion", "Failed actions",
+        "One step, teacher-forced", "Reward confusion", "Deciding steps", "Failed actions",
         "By site, task, step depth and whether the page changed", "Ablations", "Open loop", "Worst cases",
     )  # fmt: skip
     for heading in headings:
         assert heading in html
     assert html.count("<svg") == 3 + 8 + 3  # confusion per predictor, 2 bars × 4 breakdowns, 3 drift curves
     assert "n/a" in html and "trained without reasoning" in html
+    assert "<td>0/20</td>" in html  # the wrong model's deciding steps: all 20 (every end flipped), none right
     assert '<span class="added">[e99] dialog &quot;Bogus&quot;</span>' in html  # the invented line, marked
     # Self-contained: no script, no fetched asset, a policy that forbids loading any.
     assert "<script" not in html and not re.search(r"(src|href)=", html)
