@@ -405,11 +405,13 @@ def candidate_training() -> Any:
 
 
 def default_build(builds: dict[str, Any]) -> str | None:
-    """Which of the builds is the offline default's recipe (``DEFAULT_TRAINING``), by its training config."""
+    """Which of the builds is the offline default's recipe (``DEFAULT_TRAINING``), by its training config. A
+    field the recorded config lacks (added since) counts as its default value: the recipe it names is the same."""
     from dreamgym.jobs.sim_default import DEFAULT_TRAINING
+    from dreamgym.simulator import SimTrainConfig
 
-    wanted = as_recorded(DEFAULT_TRAINING)
-    return next((name for name, build in builds.items() if build["config"] == wanted), None)
+    wanted, defaults = as_recorded(DEFAULT_TRAINING), as_recorded(SimTrainConfig())
+    return next((name for name, build in builds.items() if {**defaults, **build["config"]} == wanted), None)
 
 
 def as_recorded(config: Any) -> Any:
