@@ -11,11 +11,13 @@ Each run here copies the kept demo's policy (its warm start), experience model
 and store (``--from``: the ``out`` of a finished ``dreamgym demo``) and runs
 the demo's train phase for ``--updates`` updates with the kept run's settings,
 with both caches off (``cache_size=0``, ``logits_memo=0``: the baseline) or
-on. Both play the same seeds with the same draws (the memo returns the logits
-the model would: ``tests/agents/test_policy_sampling.py``), so the two do the
-same work, and each run's training loss is recorded to show it. The runs
-alternate, off then on, ``--rounds`` times (the second round on then off),
-so drift in the machine's speed falls on both.
+on. The memo returns the logits the model would (``tests/agents/test_policy_sampling.py``),
+but two runs do not play the same episodes: two browser contexts interleave
+their turns in an order set by the pages' timing, and the policy's sampling
+follows that order, so the figure is per real step played (each run's steps,
+groups and training losses are recorded beside it). The runs alternate, off
+then on, ``--rounds`` times (the second round on then off), so drift in the
+machine's speed falls on both.
 
 Prints one JSON line per run (train seconds, rollout seconds, real steps,
 texts embedded and reused, policy prompts run and reused) and the figure:
