@@ -340,7 +340,7 @@ def _deciding(score: ShadowScore, trust: object) -> tuple[str, str]:
     """The deciding steps' right share with its interval, and per task, with the gate's threshold."""
     value, spread = _rate(score.deciding_correct, score.deciding)
     tasks = ", ".join(f"{task.split('/')[-1]} {right}/{n}" for task, (n, right) in score.deciding_by_task.items())
-    gate = f"; the gate needs {float(trust):.2f} of a task's" if isinstance(trust, float | int) and trust else ""
+    gate = f"; the trust gate needs {float(trust):.2f} on a task" if isinstance(trust, float | int) and trust else ""
     return value, f"{spread}{'; ' + tasks if tasks else ''}{gate}"
 
 
