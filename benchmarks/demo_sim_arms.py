@@ -38,6 +38,7 @@ import json
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -152,32 +153,27 @@ async def _score(settings: Any, model_dir: Path) -> dict[str, Any]:
 
 def score_answers(steps: Sequence[Any], answers: Sequence[tuple[float, bool] | None]) -> dict[str, Any]:
     """Reward accuracy over all ``steps`` (beside always-0) and the gate's figure: the share of deciding steps whose
-    outcome was right (``dreamgym.runtime.shadow_right``), overall and per task. No answer counts as wrong, and as
-    reward 0 without an end when deciding which steps decide."""
-    from dreamgym.core.outcomes import deciding, shadow_right
+    outcome was right (``dreamgym.core.outcomes``), overall and per task. No answer counts as wrong, and as reward 0
+    without an end when deciding which steps decide."""
+    from dreamgym.core.outcomes import count_deciding
 
-    tasks: dict[str, dict[str, int]] = {}
-    reward_right = zero_right = 0
-    for step, answer in zip(steps, answers, strict=True):
-        reward, end = answer if answer is not None else (0.0, False)
-        row = tasks.setdefault(step.task_id.split("/")[-1], {"steps": 0, "deciding": 0, "right": 0})
-        row["steps"] += 1
-        reward_right += answer is not None and abs(reward - step.reward) <= 0.5
-        zero_right += abs(step.reward) <= 0.5
-        if deciding(step, reward, end):
-            row["deciding"] += 1
-            row["right"] += answer is not None and shadow_right(step, reward, end)
-    for row in tasks.values():
-        row["accuracy"] = round(row["right"] / row["deciding"], 4) if row["deciding"] else None  # type: ignore[assignment]
+    pairs = list(zip(steps, answers, strict=True))
+    decided = count_deciding(pairs)
+    tasks: dict[str, dict[str, Any]] = {}
+    for task_id, count in Counter(step.task_id for step in steps).items():
+        n, right = decided.get(task_id, (0, 0))
+        accuracy = round(right / n, 4) if n else None
+        tasks[task_id.split("/")[-1]] = {"steps": count, "deciding": n, "right": right, "accuracy": accuracy}
     n = len(steps)
-    decided = sum(row["deciding"] for row in tasks.values())
-    right = sum(row["right"] for row in tasks.values())
+    reward_right = sum(answer is not None and abs(answer[0] - step.reward) <= 0.5 for step, answer in pairs)
+    zero_right = sum(abs(step.reward) <= 0.5 for step in steps)
+    total, right = sum(d for d, _ in decided.values()), sum(r for _, r in decided.values())
     return {
         "steps": n,
         "unusable": sum(answer is None for answer in answers),
         "reward_accuracy": round(reward_right / n, 4) if n else None,
         "always_0_reward_accuracy": round(zero_right / n, 4) if n else None,
-        "deciding": {"steps": decided, "right": right, "accuracy": round(right / decided, 4) if decided else 0.0},
+        "deciding": {"steps": total, "right": right, "accuracy": round(right / total, 4) if total else 0.0},
         "tasks": tasks,
     }
 

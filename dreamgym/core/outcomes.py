@@ -8,9 +8,11 @@ report): a simulator is judged where a policy trained on it would exploit it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from dreamgym.core.types import Step
 
-__all__ = ["deciding", "shadow_right"]
+__all__ = ["count_deciding", "deciding", "shadow_right"]
 
 
 def deciding(real: Step, predicted_reward: float, predicted_end: bool) -> bool:
@@ -23,3 +25,15 @@ def deciding(real: Step, predicted_reward: float, predicted_end: bool) -> bool:
 def shadow_right(real: Step, predicted_reward: float, predicted_end: bool) -> bool:
     """The simulator got the step's outcome: its reward within 0.5 of the real one and the same end."""
     return abs(predicted_reward - real.reward) <= 0.5 and predicted_end == real.terminated
+
+
+def count_deciding(answers: Iterable[tuple[Step, tuple[float, bool] | None]]) -> dict[str, tuple[int, int]]:
+    """Per task (sorted), the deciding steps among real steps and their predicted (reward, end), and how many of
+    those the prediction got right. ``None`` (no usable prediction) counts as reward 0, no end, and wrong."""
+    counts: dict[str, tuple[int, int]] = {}
+    for step, answer in answers:
+        reward, end = answer if answer is not None else (0.0, False)
+        if deciding(step, reward, end):
+            n, right = counts.get(step.task_id, (0, 0))
+            counts[step.task_id] = (n + 1, right + (answer is not None and shadow_right(step, reward, end)))
+    return dict(sorted(counts.items()))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dreamgym.core.outcomes import deciding, shadow_right
+from dreamgym.core.outcomes import count_deciding
 from dreamgym.jobs._demo_figures import EpisodeExample, UpdateRewards, as_plain
 
 if TYPE_CHECKING:
@@ -269,14 +269,8 @@ def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> Shad
 
     n = reward = done = unusable = 0
     similarity = 0.0
-    decided: dict[str, tuple[int, int]] = {}
     for step, answer in pairs:
         n += 1
-        _, predicted_reward, predicted_end = answer if answer is not None else ("", 0.0, False)
-        if deciding(step, predicted_reward, predicted_end):
-            count, right = decided.get(step.task_id, (0, 0))
-            right += answer is not None and shadow_right(step, predicted_reward, predicted_end)
-            decided[step.task_id] = (count + 1, right)
         if answer is None:
             unusable += 1
             continue
@@ -288,7 +282,7 @@ def _score(pairs: Sequence[tuple[Step, tuple[str, float, bool] | None]]) -> Shad
     return ShadowScore(
         n=n, reward_correct=reward, done_correct=done, unusable=unusable,
         similarity=similarity / n if n else 0.0, zero_reward_correct=zero, majority_reward_correct=majority,
-        deciding_by_task=dict(sorted(decided.items())),
+        deciding_by_task=count_deciding((step, answer[1:] if answer is not None else None) for step, answer in pairs),
     )  # fmt: skip
 
 

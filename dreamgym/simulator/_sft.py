@@ -442,8 +442,9 @@ def _train_plain(
     from dreamgym.simulator._loop import fit, tokenize_example
 
     rows = []
+    mark = OUTCOME_MARK if config.outcome_weight != 1.0 else None  # no tail to find when every token counts alike
     for example in examples:
-        row = tokenize_example(tokenizer, *_conversation(example), weight_from=OUTCOME_MARK)
+        row = tokenize_example(tokenizer, *_conversation(example), weight_from=mark)
         if len(row) <= config.max_length:
             rows.append(row)
     dropped = _check_kept(len(rows), len(examples), config.max_length)

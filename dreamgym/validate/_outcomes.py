@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from dreamgym.core.outcomes import deciding, shadow_right
+from dreamgym.core.outcomes import count_deciding
 from dreamgym.core.protocols import Prediction
 from dreamgym.core.state import parse_state
 from dreamgym.core.types import Step
@@ -198,15 +198,9 @@ class DecidingSummary:
 
 def deciding_summary(outcomes: Iterable[StepOutcome]) -> DecidingSummary:
     """Count the deciding steps among ``outcomes`` and those whose outcome the predictor got right, per task."""
-    tasks: dict[str, list[int]] = {}
-    for outcome in outcomes:
-        prediction = outcome.prediction
-        reward, end = (prediction.reward, prediction.terminated) if prediction is not None else (0.0, False)
-        if deciding(outcome.step, reward, end):
-            row = tasks.setdefault(outcome.step.task_id, [0, 0])
-            row[0] += 1
-            row[1] += prediction is not None and shadow_right(outcome.step, reward, end)
-    by_task = {task: (n, right) for task, (n, right) in sorted(tasks.items())}
+    by_task = count_deciding(
+        (o.step, (o.prediction.reward, o.prediction.terminated) if o.prediction is not None else None) for o in outcomes
+    )
     return DecidingSummary(
         steps=sum(n for n, _ in by_task.values()), right=sum(r for _, r in by_task.values()), by_task=by_task
     )
