@@ -23,6 +23,15 @@ async def stored_seeds(path: Path) -> set[int | None]:
         return {step.seed for step in await store.get_steps(range(1, last + 1))}
 
 
+async def shadow_model_ids(path: Path) -> dict[str, set[str]]:
+    """The experience models that shadowed each training update's real steps (by group id prefix)."""
+    async with LmdbReplayStore(path, readonly=True) as store:
+        last = (await store.stats()).last_seq
+        steps = [s for s in await store.get_steps(range(1, last + 1)) if s.episode_id.endswith("/shadow")]
+    return {f"train/u{u}": {s.experience_model_id for s in steps if s.group_id.startswith(f"train/u{u}/")}
+            for u in (0, 1)}  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None:
@@ -32,7 +41,8 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
         "--train-seeds", "0-1", "--held-out-seeds", "1000-1001", "--demonstration-seeds", "2-3", "--group-size", "2",
         "--rollout-groups", "2",
         "--real-share", "0.5", "--max-steps", "3", "--embedder", "hashing-64", "--train-updates", "2",
-        "--train-groups-per-update", "2", "--report-to", "tensorboard",
+        "--train-groups-per-update", "2", "--report-to", "tensorboard", "--sim-refit-every", "1",
+        "--sim-refit-epochs", "0.5",
     )  # fmt: skip
     assert "success before training" in result.stdout and "simulator reward accuracy" in result.stdout
     assert "did it learn?" in result.stdout
@@ -57,6 +67,15 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     turns = metrics["train/policy_prompts_run"] + metrics["train/policy_prompts_reused"]
     assert metrics["train/policy_prompts_run"] > 0 and turns >= metrics["train/real_steps"]
     assert "drawn synthetic played real" in result.stdout + (out / "report.md").read_text()
+    # one refit, after update 1 (none after the last): half a pass over the store's real steps, from the demo-size
+    # model; update 2's real steps are shadowed by the refitted model, and only its answers count for the gate
+    assert metrics["train/sim_refits"] == 1 and metrics["train/sim_refit_seconds"] > 0
+    refitted = out / "train" / "sim-refits" / "refit-1"
+    assert json.loads((refitted / "dreamgym_model.json").read_text())["parent"] == str(out / "experience-model")
+    assert "experience model refit 1 time" in (out / "report.md").read_text()
+    shadow_models = anyio.run(shadow_model_ids, out / "store")
+    assert shadow_models["train/u0"] and all("refit-1" not in m for m in shadow_models["train/u0"])
+    assert shadow_models["train/u1"] and all("refit-1" in m for m in shadow_models["train/u1"])
     assert report["real_steps"] == (
         report["seed_set"]["steps"] + report["rollouts"]["real_steps"] + metrics["train/real_steps"]
     )
@@ -164,6 +183,8 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "sim_model": (("--sim-model", str(tmp_path / "s")), tmp_path / "s"),
         "sim_epochs": (("--sim-epochs", "2.5"), 2.5),
         "sim_outcome_weight": (("--sim-outcome-weight", "5"), 5.0),
+        "sim_refit_every": (("--sim-refit-every", "3"), 3),
+        "sim_refit_epochs": (("--sim-refit-epochs", "0.25"), 0.25),
         "out": (("--out", str(tmp_path / "o")), tmp_path / "o"),
         "train_updates": (("--train-updates", "0"), 0),
         "train_groups_per_update": (("--train-groups-per-update", "3"), 3),

@@ -13,11 +13,18 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dreamgym.core.models import resolve_model
-from dreamgym.jobs._demo_settings import DemoSettings, demo_tasks, held_out_pairs
+from dreamgym.jobs._demo_settings import (
+    DEMO_REFIT_LEARNING_RATE,
+    DemoSettings,
+    demo_sim_training,
+    demo_tasks,
+    held_out_pairs,
+)
 
 if TYPE_CHECKING:
     from dreamgym.agents import LocalPolicy
     from dreamgym.core.types import Step
+    from dreamgym.trainer import Refit
 
 __all__ = ["TRAINING_SKIPPED", "PolicyWeights", "TrainOutcome", "prepare_policy", "train_policy", "training_record"]
 
@@ -177,6 +184,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         learning_rate=settings.learning_rate,
         real_share=settings.real_share,
         sim_trust=settings.sim_trust,
+        sim_refit_every=settings.sim_refit_every,
         step_cost=settings.step_cost,
         resample_flat=settings.resample_flat,
         seed=settings.seed,
@@ -190,6 +198,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         exclude_task_seeds=held_out_pairs(settings),
         runtime=RuntimeConfig(max_steps=settings.max_steps, real_concurrency=settings.real_concurrency),
         embedder=settings.embedder,
+        refit=_refit(settings, sim_dir) if settings.sim_refit_every else None,
     )
     policy = weights.policy(anyio.CapacityLimiter(1), temperature=settings.temperature, seed=settings.seed)
     trainer = Trainer(
@@ -201,7 +210,12 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
     )
     result = trainer.train(resume=False)
     state = result.state
-    losses = [row["train/loss"] for row in _metric_rows(out) if "train/loss" in row]
+    rows = _metric_rows(out)
+    losses = [row["train/loss"] for row in rows if "train/loss" in row]
+    refits = [row["sim/refit_seconds"] for row in rows if "sim/refit_seconds" in row]
+    trust: dict[str, Any] = next(
+        (row for row in reversed(rows) if any(key.startswith("sim_trust/") for key in row)), {}
+    )
     trained = PolicyWeights(
         directory=result.final_dir,
         model=trainer.grpo.model,
@@ -219,10 +233,29 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         "train/dropped_groups": float(state.dropped_groups),
         "train/seconds": result.seconds,
         "train/rollout_seconds": state.rollout_seconds,
+        "train/sim_refits": float(len(refits)),
+        "train/sim_refit_seconds": float(sum(refits)),
+        **{f"train/{key}": float(value) for key, value in trust.items() if key.startswith("sim_trust/")},
         **({"train/last_loss": float(losses[-1])} if losses else {}),
         **_memo_figures(policy),
     }
     return TrainOutcome(policy=trained, metrics=metrics, report=functools.partial(trainer.report, kind="demo"))
+
+
+def _refit(settings: DemoSettings, sim_dir: Path) -> Callable[[anyio.CapacityLimiter], Refit]:
+    """Phase 6's refits of the experience model: ``sim_refit_epochs`` passes over the store's real steps (held-out
+    pairs left out), from the model in use, at the demo-size model's sequence length, into ``OUT/train/sim-refits``."""
+    from dreamgym.trainer import sft_refit
+
+    return lambda limiter: sft_refit(
+        settings.out / "train" / "sim-refits",
+        base=sim_dir,
+        epochs=settings.sim_refit_epochs,
+        exclude_task_seeds=held_out_pairs(settings),
+        max_length=demo_sim_training(settings).max_length,
+        learning_rate=DEMO_REFIT_LEARNING_RATE,
+        limiter=limiter,
+    )
 
 
 def _memo_figures(policy: LocalPolicy) -> dict[str, float]:

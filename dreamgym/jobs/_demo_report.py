@@ -359,6 +359,13 @@ def _training_note(training: Mapping[str, Any]) -> str:
             f"{m['train/synthetic_groups']:.0f} synthetic groups, {m['train/dropped_groups']:.0f} dropped")  # fmt: skip
     if m.get("train/gated_groups"):
         note += f"; {m['train/gated_groups']:.0f} drawn synthetic played real (the simulator had not earned the task)"
+    if m.get("train/sim_refits"):
+        refits = m["train/sim_refits"]
+        note += (f"; the experience model refit {refits:.0f} time{'' if refits == 1 else 's'} on the real steps "
+                 f"played ({m['train/sim_refit_seconds']:.0f} s)")  # fmt: skip
+    trust = {key.split("/")[-1]: value for key, value in m.items() if key.startswith("train/sim_trust/")}
+    if trust:
+        note += "; its last shadowed deciding steps right: " + ", ".join(f"{t} {v:.2f}" for t, v in trust.items())
     return note + (f", last loss {m['train/last_loss']:.4f}" if "train/last_loss" in m else "")
 
 

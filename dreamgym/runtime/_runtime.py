@@ -444,7 +444,7 @@ class Runtime:
             log.warning("shadow prediction of %s step %d failed: %s", step.episode_id, step.step_index, exc)
             self.stats.record_error(f"shadow:{type(exc).__name__}")
             return
-        self.stats.record_shadow(step, predicted.reward, predicted.terminated)
+        self.stats.record_shadow(step, predicted.reward, predicted.terminated, predicted.experience_model_id)
         await self._commit(Commit(steps=(predicted,)))
 
     # ------------------------------------------------------------------ storing

@@ -36,6 +36,9 @@ class RuntimeSnapshot:
     shadow_decisions: Mapping[str, tuple[bool, ...]] = field(default_factory=dict)
     """Per task, whether the simulator's shadow prediction of each deciding real step (:func:`deciding`) was
     right (:func:`shadow_right`), oldest first, the last :data:`SHADOW_MEMORY`."""
+    shadow_models: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per task, the experience model that made each of ``shadow_decisions`` (its ``model_id``), in step: after a
+    refit, :meth:`decisions_of` keeps the new model's own."""
     errors: Mapping[str, int] = field(default_factory=dict)
     """Episodes ended by an exception (by its class name) or cut from outside (by the truncation
     reason: ``deadline``, ``model_output``, ``page_crashed``, ``cancelled``...; ``step_limit`` is
@@ -56,6 +59,16 @@ class RuntimeSnapshot:
     @property
     def synthetic_steps_per_s(self) -> float:
         return self.synthetic_steps / self.active_s if self.active_s else 0.0
+
+    def decisions_of(self, model_id: str) -> dict[str, tuple[bool, ...]]:
+        """``shadow_decisions`` made by the experience model ``model_id`` alone, per task (tasks it has not
+        decided on are left out): what a gate must read after the model in use changed."""
+        mine = {
+            task: tuple(right for right, model in zip(rights, self.shadow_models.get(task, ()), strict=True)
+                        if model == model_id)
+            for task, rights in self.shadow_decisions.items()
+        }  # fmt: skip
+        return {task: rights for task, rights in mine.items() if rights}
 
     def as_metrics(self) -> dict[str, float]:
         """Flat ``rollout/...`` metrics for a logger."""
@@ -88,7 +101,7 @@ class RuntimeStats:
         self._episodes: Counter[str] = Counter()
         self._errors: Counter[str] = Counter()
         self.shadow_steps = 0
-        self._decisions: dict[str, deque[bool]] = {}
+        self._decisions: dict[str, deque[tuple[bool, str]]] = {}
         self.successes = 0
         self.groups = 0
         self.inconsistent_groups = 0
@@ -116,12 +129,13 @@ class RuntimeStats:
         if kind:
             self._errors[kind] += 1
 
-    def record_shadow(self, real: Step, predicted_reward: float, predicted_end: bool) -> None:
-        """Count one stored shadow prediction of ``real``; remember whether it was right if the step decides."""
+    def record_shadow(self, real: Step, predicted_reward: float, predicted_end: bool, model_id: str = "") -> None:
+        """Count one stored shadow prediction of ``real`` by the experience model ``model_id``; remember whether it
+        was right, and whose it was, if the step decides."""
         self.shadow_steps += 1
         if deciding(real, predicted_reward, predicted_end):
             memory = self._decisions.setdefault(real.task_id, deque(maxlen=SHADOW_MEMORY))
-            memory.append(shadow_right(real, predicted_reward, predicted_end))
+            memory.append((shadow_right(real, predicted_reward, predicted_end), model_id))
 
     def record_error(self, kind: str) -> None:
         self._errors[kind] += 1
@@ -143,7 +157,8 @@ class RuntimeStats:
             inconsistent_groups=self.inconsistent_groups,
             in_flight=self.in_flight,
             active_s=active,
-            shadow_decisions={task: tuple(memory) for task, memory in self._decisions.items()},
+            shadow_decisions={task: tuple(right for right, _ in memory) for task, memory in self._decisions.items()},
+            shadow_models={task: tuple(model for _, model in memory) for task, memory in self._decisions.items()},
             errors=dict(self._errors),
         )
 

@@ -22,6 +22,7 @@ def sft_refit(
     exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
     max_length: int = 2048,
     batch_size: int = 8,
+    learning_rate: float | None = None,
     **backend_options: Any,
 ) -> Refit:
     """A :data:`Refit` that fine-tunes the current model on every real transition in the store.
@@ -29,6 +30,8 @@ def sft_refit(
     Each refit continues from the last model (the first from ``base``), with
     the template ``base`` was trained on, and writes ``work_dir/refit-N``. The
     held-out pairs stay out of the examples and of retrieval (the leakage rule).
+    ``learning_rate``: ``None`` takes full fine-tuning's default (``SimTrainConfig.lr``, made for a pretrained
+    base); a small model trained from scratch wants more (the demo's refits use 5e-4).
     ``backend_options`` go to each new model's ``LocalBackend`` (e.g. the run's ``limiter``).
     """
     from dreamgym.simulator import (
@@ -47,8 +50,9 @@ def sft_refit(
     async def refit(store: ReplayStore, ordinal: int) -> ExperienceModel:
         examples = await build_sft_examples(store, template, exclude_task_seeds=exclude_task_seeds)
         config = SimTrainConfig(
-            base=str(last[0]), lora=False, epochs=epochs, max_length=max_length, batch_size=batch_size
-        )
+            base=str(last[0]), lora=False, epochs=epochs, max_length=max_length, batch_size=batch_size,
+            learning_rate=learning_rate,
+        )  # fmt: skip
         out = work_dir / f"refit-{ordinal}"
         await anyio.to_thread.run_sync(
             lambda: train_experience_model(

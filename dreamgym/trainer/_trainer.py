@@ -466,13 +466,20 @@ class Trainer:
         (``TrainConfig.sim_trust``), each counted in ``gated_groups``."""
         if not self.config.sim_trust or "synthetic" not in sources:
             return sources
-        decisions = self._require_portal().snapshot().shadow_decisions
+        decisions = self._decisions()
         gated = list(sources)
         for n, (task, source) in enumerate(zip(tasks, sources, strict=True)):
             if source == "synthetic" and not task.parent_task_id and not self._trusted(decisions.get(task.task_id, ())):
                 gated[n] = "real"
                 self.state.gated_groups += 1
         return gated
+
+    def _decisions(self) -> Mapping[str, tuple[bool, ...]]:
+        """Per task, the shadowed deciding steps the gate reads: those of the experience model that would play
+        the group (after a refit, the new model starts with none: it has earned nothing yet)."""
+        snapshot = self._require_portal().snapshot()
+        slot = self._sides.slot if self._sides is not None else None
+        return snapshot.shadow_decisions if slot is None else snapshot.decisions_of(slot.model_id)
 
     def _trusted(self, decisions: Sequence[bool]) -> bool:
         if len(decisions[-self.config.sim_trust_window :]) < self.config.sim_trust_min_steps:
@@ -719,7 +726,7 @@ class Trainer:
         (what the gate compares with ``sim_trust``), for the tasks it has seen; empty with the gate off."""
         if not self.config.sim_trust or self._portal is None:
             return {}
-        decisions = self._portal.snapshot().shadow_decisions
+        decisions = self._decisions()
         return {f"sim_trust/{task}": round(self._trust_accuracy(d), 4) for task, d in sorted(decisions.items()) if d}
 
     def report(self, metrics: Mapping[str, Any], *, kind: str = "job") -> None:

@@ -154,7 +154,12 @@ async def test_shadow_mode_stores_the_prediction_beside_each_real_step(tmp_path:
         assert shadow[0].next_observation.state == rollout.steps[0].next_observation.state  # the model was right
         assert (shadow[1].reward, shadow[1].terminated) == (1.0, True)
         assert (await store.stats()).steps == {"real": 2, "synthetic": 2}
-        assert rt.stats.snapshot().shadow_steps == 2 and rt.stats.snapshot().synthetic_steps == 0
+        snapshot = rt.stats.snapshot()
+        assert snapshot.shadow_steps == 2 and snapshot.synthetic_steps == 0
+        # one deciding step (the Submit that paid), right, and whose answer it was
+        assert snapshot.shadow_decisions == {TASK.task_id: (True,)}
+        assert snapshot.shadow_models == {TASK.task_id: ("toy-model",)}
+        assert snapshot.decisions_of("toy-model") == {TASK.task_id: (True,)} and snapshot.decisions_of("other") == {}
 
 
 async def test_a_shadow_prediction_retrieves_neither_its_episode_nor_its_same_seed_siblings(tmp_path: Path) -> None:

@@ -611,6 +611,54 @@ def test_refit_swaps_the_experience_model_for_later_steps(toy_chat: tuple[Any, A
     assert "toy-refit-1" in result.state.experience_model_id
 
 
+def test_a_refitted_simulator_earns_the_task_again_before_it_plays(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    """The gate reads the shadowed answers of the model that would play: the first model earns the task in update
+    1 and plays update 2's synthetic group; after the refit (after update 2) its record does not carry over, so
+    update 3's synthetic group is played real, shadowed by the new model, whose answers the last metrics show."""
+    from dreamgym.simulator import (
+        ExperienceModelConfig,
+        LLMExperienceModel,
+        SimulatedEnv,
+        SimulatorConfig,
+        TemplateConfig,
+    )
+    from dreamgym.trainer import ModelSlot
+
+    def model(backend_id: str) -> LLMExperienceModel:
+        backend = ToyBackend()
+        backend.backend_id = backend_id  # type: ignore[misc]
+        return LLMExperienceModel(backend, config=ExperienceModelConfig(template=TemplateConfig(history=4)))
+
+    async def refit(store: Any, ordinal: int) -> LLMExperienceModel:
+        return model(f"toy-refit-{ordinal}")
+
+    counts = Counts()
+
+    @asynccontextmanager
+    async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
+        async with open_store(tmp_path / "store") as store:
+            slot = ModelSlot(model("toy-first"), refit)
+            yield Sides(
+                store=store,
+                real_env=lambda: ToyFormEnv(counts),
+                synthetic_env=lambda: SimulatedEnv(slot, config=SimulatorConfig(neighbours=0, real_starts=False)),
+                slot=slot,
+                runtime_config=RuntimeConfig(max_steps=4, real_concurrency=2),
+            )
+
+    trainer = make_trainer(toy_chat, tmp_path, mode="mixed", real_share=0.5, updates=3, open_sides=open_sides,
+                           sim_trust=0.9, sim_trust_min_steps=4, sim_refit_every=2)  # fmt: skip
+    state = trainer.train().state
+    assert (state.synthetic_groups, state.gated_groups, state.real_groups) == (1, 2, 5)
+    episodes, steps = anyio.run(stored, tmp_path / "store")
+    sources = {u: {e.source for e in episodes if f"/u{u}/" in e.group_id} for u in range(3)}
+    assert sources == {0: {"real"}, 1: {"real", "synthetic"}, 2: {"real"}}
+    shadows = {s.experience_model_id for s in steps if s.episode_id.endswith("/shadow") and "/u2/" in s.group_id}
+    assert shadows and all("toy-refit-1" in m for m in shadows)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["sim_trust/toy/form"] == 1.0  # the new model's own answers, right
+
+
 @pytest.mark.slow
 def test_sft_refit_fine_tunes_the_current_model_on_the_grown_store(
     tiny_models: tuple[Path, Path], tmp_path: Path
