@@ -25,7 +25,9 @@ reported as a progress phase (:mod:`dreamgym.core.progress`):
 6. **train** the policy with ``dreamgym.trainer``: GRPO on mixed groups
    (``real_share`` real, the rest on the simulator once it has earned the
    task: ``sim_trust`` of its shadowed answers on the task's deciding real
-   steps right, else the group is played real);
+   steps right, else the group is played real); every ``sim_refit_every``
+   updates the experience model is refit on the store's real steps (the
+   groups played so far among them) and must earn each task again;
 7. **evaluate** again on the same held-out seeds; then **report**: a summary
    table and ``report.json`` / ``report.md`` with real and synthetic steps,
    the warm start, success before and after with n, a 95% interval and

@@ -45,7 +45,15 @@ from dreamgym.simulator._fidelity import (
 from dreamgym.simulator._load import STRUCTURED_OUTPUTS, ServedModel, StructuredOutput, load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
-from dreamgym.simulator._rules import LIST_ROLES, TEXT_ROLES, apply_rules, selected_option_page, typed_text_page
+from dreamgym.simulator._rules import (
+    FOCUSABLE_ROLES,
+    LIST_ROLES,
+    TEXT_ROLES,
+    apply_rules,
+    focus_after,
+    selected_option_page,
+    typed_text_page,
+)
 from dreamgym.simulator._sft import (
     METADATA_FILE,
     ScratchModelConfig,
@@ -62,6 +70,7 @@ from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_dig
 
 __all__ = [
     "BASELINES",
+    "FOCUSABLE_ROLES",
     "LIST_ROLES",
     "MAX_ANSWER_CHARS",
     "METADATA_FILE",
@@ -97,6 +106,7 @@ __all__ = [
     "apply_rules",
     "build_sft_examples",
     "call_cache_key",
+    "focus_after",
     "history_of",
     "initial_answer_text",
     "load_experience_model",

@@ -2,7 +2,7 @@
 
 Every predictor's answer passes through :func:`apply_rules`, in
 :class:`~dreamgym.simulator.SimulatedEnv` and in teacher-forced fidelity alike,
-so a simulator is scored as it runs. Three rules:
+so a simulator is scored as it runs. Four rules:
 
 - ``stop`` ends the episode (the model still predicts its reward).
 - A ``type`` action leaves its text in the field it typed into. ``type``
@@ -24,6 +24,24 @@ so a simulator is scored as it runs. Three rules:
   retrieved from a neighbour's list; the same real-page test checks every
   ``select`` of the demonstrators.
 
+- The element an action works on takes the focus, as the browser gives it.
+  A real page records which element has the focus (``Observation.focused_id``,
+  shown to the policy and to the experience model as ``Focused: [id]``), and a
+  model predicts the page, never the focus: without this rule every
+  simulated page after the first had none, so a model trained on real pages
+  (where a typed field or a clicked button always has it) saw prompts unlike
+  any it trained on in its own episodes and, on the demo's tasks, paid none of
+  the wins it paid on real pages. A ``click`` or ``type`` gives the focus to
+  its element when the predicted page still has it with a focusable role
+  (:data:`FOCUSABLE_ROLES`), else to nothing; any other action (``select``
+  included: Playwright chooses an option without focusing the list) leaves
+  the focus where it was, if that element is still on the page. Where the
+  element left the page the rule cannot know where a page's script put the
+  focus (a dialog that closes hands it back to what had it before) and says
+  none. The same real-page test checks the rule against Chromium's focus
+  after every action of the demonstrators that left the episode running and
+  its element on the page.
+
 A rule that changes a prediction is recorded in ``info["rules"]`` of the
 simulated step (``SimulatedEnv``) and counted in its stats.
 """
@@ -37,13 +55,21 @@ import msgspec
 from dreamgym.core.errors import StateFormatError
 from dreamgym.core.protocols import ExperienceQuery, Prediction
 from dreamgym.core.state import Element, State, flatten, parse_state
+from dreamgym.core.types import Action
 
-__all__ = ["LIST_ROLES", "TEXT_ROLES", "apply_rules", "selected_option_page", "typed_text_page"]
+__all__ = ["FOCUSABLE_ROLES", "LIST_ROLES", "TEXT_ROLES", "apply_rules", "focus_after", "selected_option_page",
+           "typed_text_page"]  # fmt: skip
 
 TEXT_ROLES = frozenset({"textbox", "searchbox", "combobox", "spinbutton"})
 """Roles whose element text is the field's content (what ``type`` writes)."""
 LIST_ROLES = frozenset({"combobox", "listbox"})
 """Roles of the lists ``select`` chooses from (a select box, single or multiple)."""
+FOCUSABLE_ROLES = frozenset({"button", "checkbox", "radio", "link", "textbox", "searchbox", "combobox", "listbox",
+                             "spinbutton", "slider", "switch", "tab", "menuitem"})  # fmt: skip
+"""Roles a click gives the focus to (form controls, links, tabs); a click elsewhere takes it away."""
+FOCUSING_ACTIONS = frozenset({"click", "type"})
+"""Actions that give the focus to their element (the first argument). Not ``select``: Playwright's
+``select_option`` chooses without focusing, and Chromium's focus stays where it was."""
 _BEFORE_SELECTED = ("checked", "disabled", "expanded", "level=", "pressed")
 """Props an accessibility snapshot writes before ``selected`` (Playwright's order); the rest come after it."""
 
@@ -66,7 +92,28 @@ def apply_rules(query: ExperienceQuery, prediction: Prediction) -> tuple[Predict
     if query.action.name == "stop" and not prediction.terminated:
         prediction = replace(prediction, terminated=True)
         applied.append("stop_ends")
+    focus = focus_after(query.observation.focused_id, prediction.observation.state, query.action)
+    if focus != prediction.observation.focused_id:
+        prediction = replace(prediction, observation=msgspec.structs.replace(prediction.observation, focused_id=focus))
+        applied.append("focus")
     return prediction, tuple(applied)
+
+
+def focus_after(focused: str, after: str, action: Action) -> str:
+    """Which element has the focus on the page ``after`` once ``action`` ran from a page whose focus was
+    ``focused`` (an element id, ``""`` for none).
+
+    A ``click`` or ``type`` focuses its element when ``after`` has it with a :data:`FOCUSABLE_ROLES` role, and
+    nothing otherwise; any other action keeps ``focused`` where ``after`` still has that element.
+    """
+    try:
+        page = parse_state(after)
+    except StateFormatError:
+        return ""
+    if action.name in FOCUSING_ACTIONS and action.args:
+        target = page.find(action.args[0])
+        return action.args[0] if target is not None and target.role in FOCUSABLE_ROLES else ""
+    return focused if focused and page.find(focused) is not None else ""
 
 
 def typed_text_page(before: str, after: str, args: tuple[str, ...]) -> str | None:

@@ -1,5 +1,5 @@
 """The simulator's rules on any predictor's answer: typed text stays in its field, a selected option stands
-selected, ``stop`` ends."""
+selected, ``stop`` ends, the element acted on takes the focus."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dreamgym.simulator import (
     LLMExperienceModel,
     SimulatedEnv,
     UnchangedPage,
+    focus_after,
     predict_steps,
     selected_option_page,
     typed_text_page,
@@ -52,7 +53,39 @@ async def test_simulated_env_writes_the_typed_text_the_model_got_wrong() -> None
     env.start_from(toy_form.TASK, toy_form.page(1))
     result = await env.step(parse_action("type [e2] [Bo] [0]"))
     assert result.observation.state == toy_form.page(1, "Bo").state
-    assert result.info["rules"] == ["typed_text"] and env.stats.typed_text_rule == 1
+    assert result.info["rules"] == ["typed_text", "focus"] and env.stats.typed_text_rule == 1
+
+
+@pytest.mark.parametrize(
+    ("focused", "action", "after", "expected"),
+    [
+        ("", "type [e3] [pw] [0]", FORM, "e3"),  # a typed field has the focus
+        ("e3", "click [e4]", FORM, "e4"),  # so has a clicked button
+        ("e3", "click [e1]", FORM, ""),  # a click on what cannot take the focus takes it away
+        ("e3", "click [e4]", '[e1] heading "Welcome"', ""),  # the page moved on: the button is gone
+        ("e3", "scroll [down]", FORM, "e3"),  # other actions leave it where it was...
+        ("e3", "scroll [down]", '[e1] heading "Welcome"', ""),  # ...if that element is still there
+        ("", "scroll [down]", FORM, ""),
+        ("e3", "select [e2] [Ida]", FORM, "e3"),  # Playwright selects without focusing the list
+    ],
+)
+def test_the_element_acted_on_takes_the_focus(focused: str, action: str, after: str, expected: str) -> None:
+    assert focus_after(focused, after, parse_action(action)) == expected
+
+
+async def test_simulated_pages_carry_the_focus_the_model_never_writes() -> None:
+    """A model answers with the page only; the focus of each simulated page comes from the rule, so the next
+    prompt says ``Focused: [e2]`` as a real page's would."""
+    typed = "<diff>\n- [e2] textbox\n+ [e2] textbox: Bo\n</diff>\n<reward>0</reward>\n<done>no</done>"
+    backend = ScriptedBackend([typed, typed])
+    model = LLMExperienceModel(backend, config=ExperienceModelConfig(template=TOY_TEMPLATE))
+    env = SimulatedEnv(model)
+    env.start_from(toy_form.TASK, toy_form.page(1))
+    result = await env.step(parse_action("type [e2] [Bo] [0]"))
+    assert result.observation.focused_id == "e2" and result.info["rules"] == ["focus"]
+    await env.step(parse_action("scroll [down]"))
+    messages, _ = backend.calls[-1]
+    assert "Focused: [e2]" in messages[-1].content
 
 
 async def test_teacher_forced_predictions_are_held_to_the_same_rules() -> None:
