@@ -26,8 +26,9 @@ perfect and has a decision left to learn (which named choice comes when, which t
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoSettings:
-    """What the demo runs. The defaults took 11 min 48 s on 2 CPU cores once setup had built its caches
-    (``benchmarks/results/first_run.json`` at 97cbc5a).
+    """What the demo runs. The defaults took 16 min 1 s on 2 CPU cores, on a slow day, once setup had built its
+    caches (``benchmarks/results/first_run.json`` at bee74f6: 63 s of it the refit); before the refit, 11 min 48 s
+    on a quicker day (at 97cbc5a).
 
     Example:
         >>> DemoSettings(tasks=("click-button",), train_seeds=(0,), held_out_seeds=(1000,), rollout_groups=2)
