@@ -131,16 +131,11 @@ async def _train(settings: Any, config: Any, target: Path, text: str) -> None:
 async def _score(settings: Any, model_dir: Path) -> dict[str, Any]:
     """The model's teacher-forced answers on the kept evaluation store's real steps, scored overall and on the
     deciding steps, per task."""
-    from dreamgym.jobs._demo_settings import held_out_pairs
-    from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
+    from dreamgym.jobs._demo_settings import held_out_pairs, held_out_steps
+    from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import load_experience_model, predict_steps, teacher_forced_queries
 
-    async with LmdbReplayStore(
-        settings.eval_store_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False), readonly=True
-    ) as held:
-        steps = []
-        for name in settings.tasks:
-            steps += await held.get_steps(await held.task_seqs(f"miniwob/{name}", source="real"))
+    steps = await held_out_steps(settings)
     async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
         model = load_experience_model(model_dir, store=store)
         queries = await teacher_forced_queries(

@@ -74,17 +74,12 @@ def main() -> int:
 
 async def _replay(kept: Path, model_dir: Path) -> Counter[tuple[str, str]]:
     from dreamgym.core.types import Task
-    from dreamgym.jobs._demo_settings import DemoSettings, held_out_pairs
-    from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
+    from dreamgym.jobs._demo_settings import DemoSettings, held_out_pairs, held_out_steps
+    from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import SimulatedEnv, SimulatorConfig, load_experience_model
 
     settings = DemoSettings(out=kept)
-    async with LmdbReplayStore(
-        settings.eval_store_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False), readonly=True
-    ) as held:
-        steps = []
-        for name in settings.tasks:
-            steps += await held.get_steps(await held.task_seqs(f"miniwob/{name}", source="real"))
+    steps = await held_out_steps(settings)
     episodes: dict[str, list[Any]] = {}
     for step in steps:
         episodes.setdefault(step.episode_id, []).append(step)

@@ -12,11 +12,11 @@ from dreamgym.core.protocols import Embedder  # at run time: the command line re
 from dreamgym.simulator import ScratchModelConfig, SimTrainConfig
 
 if TYPE_CHECKING:
-    from dreamgym.core.types import Task
+    from dreamgym.core.types import Step, Task
     from dreamgym.runtime import RuntimeConfig
 
 __all__ = ["DEMO_SIM_SIZE", "DEMO_TASKS", "DemoSettings", "demo_sim_training", "demo_tasks", "held_out_pairs",
-           "runtime_config"]  # fmt: skip
+           "held_out_steps", "runtime_config"]  # fmt: skip
 
 DEMO_TASKS = ("click-checkboxes", "click-option", "login-user", "enter-password")
 """MiniWoB++ tasks with a scripted demonstrator on which a warm-started tiny policy is neither hopeless nor
@@ -237,3 +237,17 @@ def demo_tasks(settings: DemoSettings) -> list[Task]:
     from dreamgym.bridge import miniwob_tasks
 
     return miniwob_tasks(list(settings.tasks), settings.max_steps)
+
+
+async def held_out_steps(settings: DemoSettings) -> list[Step]:
+    """Every real step evaluation played on the held-out seeds (both evaluations, task by task), read from its own
+    store: the steps the simulator is scored on and never trains on or retrieves."""
+    from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
+
+    async with LmdbReplayStore(
+        settings.eval_store_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False), readonly=True
+    ) as held:
+        steps: list[Step] = []
+        for name in settings.tasks:
+            steps += await held.get_steps(await held.task_seqs(f"miniwob/{name}", source="real"))
+    return steps

@@ -85,12 +85,12 @@ from dreamgym.jobs._demo_settings import (
     demo_sim_training,
     demo_tasks,
     held_out_pairs,
+    held_out_steps,
     runtime_config,
 )
 
 if TYPE_CHECKING:
     from dreamgym.agents import LocalPolicy
-    from dreamgym.core.types import Step
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import FidelitySummary
     from dreamgym.trainer import EvalResult
@@ -354,16 +354,11 @@ async def _held_out_fidelity(
     whether the real page changed. Returns the model's counts beside always-0
     and the majority class, and that table.
     """
-    from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
+    from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import load_experience_model
     from dreamgym.validate import ValidationConfig, validate
 
-    async with LmdbReplayStore(
-        settings.eval_store_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False)
-    ) as held:
-        steps: list[Step] = []
-        for name in settings.tasks:
-            steps += await held.get_steps(await held.task_seqs(f"miniwob/{name}", source="real"))
+    steps = await held_out_steps(settings)
     async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
         model = load_experience_model(sim_dir, store=store)
         config = ValidationConfig(

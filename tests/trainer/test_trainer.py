@@ -567,33 +567,29 @@ def test_curriculum_varies_tasks_only_on_the_synthetic_side(toy_chat: tuple[Any,
     assert result.state.generated_tasks and (tmp_path / "run" / "final" / "dreamgym_trainer.json").exists()
 
 
+def toy_model(backend_id: str) -> Any:
+    """An experience model on the toy page's backend, named ``backend_id`` (refits swap one for another)."""
+    from dreamgym.simulator import ExperienceModelConfig, LLMExperienceModel, TemplateConfig
+
+    backend = ToyBackend()
+    backend.backend_id = backend_id  # type: ignore[misc]
+    return LLMExperienceModel(backend, config=ExperienceModelConfig(template=TemplateConfig(history=4, neighbours=0)))
+
+
 def test_refit_swaps_the_experience_model_for_later_steps(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
-    from dreamgym.simulator import (
-        ExperienceModelConfig,
-        LLMExperienceModel,
-        SimulatedEnv,
-        SimulatorConfig,
-        TemplateConfig,
-    )
+    from dreamgym.simulator import LLMExperienceModel, SimulatedEnv, SimulatorConfig
     from dreamgym.trainer import ModelSlot
-
-    template = TemplateConfig(history=4, neighbours=0)
-
-    def model(backend_id: str) -> LLMExperienceModel:
-        backend = ToyBackend()
-        backend.backend_id = backend_id  # type: ignore[misc]
-        return LLMExperienceModel(backend, config=ExperienceModelConfig(template=template))
 
     refits: list[int] = []
 
     async def refit(store: Any, ordinal: int) -> LLMExperienceModel:
         refits.append(ordinal)
-        return model(f"toy-refit-{ordinal}")
+        return toy_model(f"toy-refit-{ordinal}")
 
     @asynccontextmanager
     async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
         async with open_store(tmp_path / "store") as store:
-            slot = ModelSlot(model("toy-first"), refit)
+            slot = ModelSlot(toy_model("toy-first"), refit)
             yield Sides(
                 store=store,
                 synthetic_env=lambda: SimulatedEnv(slot, config=SimulatorConfig(neighbours=0, real_starts=False)),
@@ -615,29 +611,18 @@ def test_a_refitted_simulator_earns_the_task_again_before_it_plays(toy_chat: tup
     """The gate reads the shadowed answers of the model that would play: the first model earns the task in update
     1 and plays update 2's synthetic group; after the refit (after update 2) its record does not carry over, so
     update 3's synthetic group is played real, shadowed by the new model, whose answers the last metrics show."""
-    from dreamgym.simulator import (
-        ExperienceModelConfig,
-        LLMExperienceModel,
-        SimulatedEnv,
-        SimulatorConfig,
-        TemplateConfig,
-    )
+    from dreamgym.simulator import LLMExperienceModel, SimulatedEnv, SimulatorConfig
     from dreamgym.trainer import ModelSlot
 
-    def model(backend_id: str) -> LLMExperienceModel:
-        backend = ToyBackend()
-        backend.backend_id = backend_id  # type: ignore[misc]
-        return LLMExperienceModel(backend, config=ExperienceModelConfig(template=TemplateConfig(history=4)))
-
     async def refit(store: Any, ordinal: int) -> LLMExperienceModel:
-        return model(f"toy-refit-{ordinal}")
+        return toy_model(f"toy-refit-{ordinal}")
 
     counts = Counts()
 
     @asynccontextmanager
     async def open_sides(limiter: anyio.CapacityLimiter) -> AsyncIterator[Sides]:
         async with open_store(tmp_path / "store") as store:
-            slot = ModelSlot(model("toy-first"), refit)
+            slot = ModelSlot(toy_model("toy-first"), refit)
             yield Sides(
                 store=store,
                 real_env=lambda: ToyFormEnv(counts),
