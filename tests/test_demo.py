@@ -154,6 +154,8 @@ def test_settings_refuse_held_out_seeds_that_are_also_training_seeds(tmp_path: P
         DemoSettings(step_cost=1.0, out=tmp_path)  # before any phase runs, not at the train phase
     with pytest.raises(ConfigError, match="resample_flat is out of range"):
         DemoSettings(resample_flat=-1, out=tmp_path)
+    with pytest.raises(ConfigError, match="micro_batch_size must divide the 16 episodes"):
+        DemoSettings(micro_batch_size=3, out=tmp_path)
 
 
 def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path: Path) -> None:
@@ -189,6 +191,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "train_updates": (("--train-updates", "0"), 0),
         "train_groups_per_update": (("--train-groups-per-update", "3"), 3),
         "resample_flat": (("--resample-flat", "2"), 2),
+        "micro_batch_size": (("--micro-batch-size", "3"), 3),
         "sim_trust": (("--sim-trust", "0.8"), 0.8),
         "step_cost": (("--step-cost", "0.05"), 0.05),
         "learning_rate": (("--learning-rate", "0.01"), 0.01),

@@ -187,6 +187,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         sim_refit_every=settings.sim_refit_every,
         step_cost=settings.step_cost,
         resample_flat=settings.resample_flat,
+        micro_batch_size=settings.micro_batch_size,
         seed=settings.seed,
         report_to=settings.report_to,
         lora=None if settings.policy_model is None else LoraSettings(),  # the tiny policy trains every weight

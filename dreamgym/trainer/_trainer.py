@@ -279,20 +279,23 @@ class Trainer:
         from datasets import Dataset
         from peft import LoraConfig
         from trl.trainer.grpo_config import GRPOConfig
-        from trl.trainer.grpo_trainer import GRPOTrainer
+
+        from dreamgym.trainer._passes import LengthSortedGRPO
 
         # rollout_func is experimental in TRL 1.16 (hence the pinned version and the contract
         # test in tests/trainer); we use it knowingly, so its warning is silenced
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         config = self.config
         batch = config.groups_per_update * config.group_size
+        # one optimizer step per update: its episodes in passes of micro_batch_size, accumulated
+        passes = batch // config.micro_batch_size if config.micro_batch_size else 1
         args = GRPOConfig(
             output_dir=str(config.output_dir),
             max_steps=config.updates,
-            per_device_train_batch_size=batch,
-            gradient_accumulation_steps=1,
+            per_device_train_batch_size=batch // passes,
+            gradient_accumulation_steps=passes,
             num_generations=config.group_size,
-            steps_per_generation=1,
+            steps_per_generation=passes,
             num_iterations=1,
             learning_rate=config.learning_rate,
             lr_scheduler_type="constant",
@@ -332,7 +335,7 @@ class Trainer:
                 target_modules=list(target) if isinstance(target, tuple) else target,
                 task_type="CAUSAL_LM",
             )
-        trainer = GRPOTrainer(
+        trainer = LengthSortedGRPO(
             model=self.policy.model,
             processing_class=self.policy.tokenizer,
             reward_funcs=[_outcome_reward],

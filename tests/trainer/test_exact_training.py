@@ -83,12 +83,19 @@ class ButtonsEnv:
 
     source = "real"
 
-    def __init__(self, *, pay: float = 1.0, skip: float = 0.0, cut_pay: bool = False, counter: list[int]) -> None:
-        self.pay, self.skip, self.cut_pay, self.counter = pay, skip, cut_pay, counter
+    def __init__(
+        self, *, pay: float = 1.0, skip: float = 0.0, cut_pay: bool = False, notes: bool = False, counter: list[int]
+    ) -> None:
+        self.pay, self.skip, self.cut_pay, self.notes, self.counter = pay, skip, cut_pay, notes, counter
         self.confirming = False
 
     async def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        """The button page; with ``notes``, under as many lines of text as the seed says (starts of different
+        lengths)."""
         self.confirming = False
+        if self.notes and seed:
+            notes = "".join(f'\n[n{n}] text "note {n}"' for n in range(seed))
+            return Observation(state=BUTTON_PAGE.state + notes, goal=BUTTON_PAGE.goal)
         return BUTTON_PAGE
 
     async def step(self, action: Action) -> StepResult:
@@ -209,6 +216,7 @@ class SpyTrainer(Trainer):
             self.seen.append({
                 "in_loss": last[0], "recorded": inputs["sampling_per_token_logps"].detach().clone(),
                 "mask": (inputs["completion_mask"] * inputs["tool_mask"]).bool(), "weights": trained,
+                "rows": inputs["completion_mask"].bool(),
             })  # fmt: skip
             return loss
 
@@ -217,13 +225,14 @@ class SpyTrainer(Trainer):
         return grpo
 
 
-@pytest.mark.parametrize("mode", ["index", "generate"])
+@pytest.mark.parametrize(("mode", "micro_batch_size"), [("index", 0), ("generate", 0), ("index", 2)])
 def test_the_loss_differentiates_the_logprobs_the_policy_sampled_with(
-    toy_chat: tuple[Any, Any], tmp_path: Path, mode: str
+    toy_chat: tuple[Any, Any], tmp_path: Path, mode: str, micro_batch_size: int
 ) -> None:
     """Three updates at a learning rate that moves the weights, with TRL's default optimizer (fused AdamW
     with this torch, which changes parameters without bumping their version counters): at each, every
-    trained token's log-probability inside the loss equals the one recorded when it was sampled."""
+    trained token's log-probability inside the loss equals the one recorded when it was sampled; also when
+    each update's eight episodes go through the loss in four passes of two, each cut to its own width."""
     # real groups on a page that pays 1 and 0 in turn whatever the policy does (every group's rewards vary,
     # so every update has a gradient), two turns an episode; an index policy's synthetic groups too
     if mode == "index":
@@ -231,16 +240,22 @@ def test_the_loss_differentiates_the_logprobs_the_policy_sampled_with(
     else:  # a random model does not write actions: real groups only
         sides, settings = opener(real=CoinEnv), {"max_new_tokens": 4}
     trainer = train(toy_chat, tmp_path, FORM, sides, mode=mode, updates=3, learning_rate=5e-2,
-                    trainer_class=SpyTrainer, **settings)  # fmt: skip
+                    trainer_class=SpyTrainer, micro_batch_size=micro_batch_size, **settings)  # fmt: skip
     assert "fused" in trainer.grpo.args.optim.value  # the optimizer that made a version-keyed cache stale
+    passes = 8 // micro_batch_size if micro_batch_size else 1
     seen = trainer.seen  # type: ignore[attr-defined]
-    assert len(seen) == 3
-    for update, spied in enumerate(seen):
+    assert len(seen) == 3 * passes
+    for call, spied in enumerate(seen):
         mask = spied["mask"]
         assert int(mask.sum()) > 0
         gap = (spied["in_loss"] - spied["recorded"]).abs()[mask]
-        assert float(gap.max()) < 1e-3, f"update {update}: trained logprobs differ from sampled ones by {gap.max()}"
-    for before, after in itertools.pairwise(seen):
+        assert float(gap.max()) < 1e-3, f"loss call {call}: trained logprobs differ from sampled ones by {gap.max()}"
+    if passes > 1:  # each pass cut to its own rows: no wider than its longest
+        widths = [spied["rows"].size(1) for spied in seen]
+        assert any(a != b for a, b in itertools.pairwise(widths))
+        assert all(bool(spied["rows"].any(dim=0)[-1]) for spied in seen)
+    updates = seen[passes - 1 :: passes]  # each update's last pass
+    for before, after in itertools.pairwise(updates):
         moved = max(float((after["weights"][n] - w).abs().max()) for n, w in before["weights"].items())
         assert moved > 1e-3  # the optimizer really moved the weights between the updates compared
 
@@ -305,6 +320,59 @@ def test_cuts_by_the_infrastructure_are_not_punished(buttons_chat: tuple[Any, An
     trainer, _ = learn_buttons(buttons_chat, tmp_path, skip=0.6, cut_pay=True)
     assert trainer.state.cut_episodes.get("deadline", 0) > 0
     assert pay_probability(trainer.policy) > 0.9
+
+
+class PassesTrainer(Trainer):
+    """At each optimizer step, beside the gradient its passes accumulated, the gradient of TRL's loss over the
+    whole update in one padded pass, from the same weights and the same scored episodes."""
+
+    compared: list[tuple[list[torch.Tensor], list[torch.Tensor], dict[str, Any]]]
+
+    def _build_grpo(self) -> Any:
+        from transformers import TrainerCallback
+
+        grpo = super()._build_grpo()
+        self.compared, scored, score = [], [], grpo._generate_and_score_completions
+
+        def spied_score(batch: Any) -> Any:
+            scored[:] = [score(batch)]
+            return scored[0]
+
+        compared = self.compared
+
+        class Compare(TrainerCallback):  # type: ignore[misc]
+            def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                params = [p for p in grpo.model.parameters() if p.requires_grad]
+                accumulated = [p.grad.detach().clone() for p in params]
+                grpo.model.zero_grad()
+                (grpo.compute_loss(grpo.model, scored[0]) * grpo.current_gradient_accumulation_steps).backward()
+                whole = [p.grad.detach().clone() for p in params]
+                for p, grad in zip(params, accumulated, strict=True):
+                    p.grad = grad
+                compared.append((accumulated, whole, scored[0]))
+
+        grpo._generate_and_score_completions = spied_score
+        grpo.add_callback(Compare())
+        return grpo
+
+
+def test_passes_of_like_length_sum_to_the_one_pass_gradient(buttons_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    """Each update's eight episodes (four groups with starts of different lengths, one turn or two) in eight
+    passes, each cut to its own episode: at every optimizer step the summed gradient is TRL's one-pass gradient
+    over the padded batch (clipping off, so the comparison sees the raw sums)."""
+    counter = [0]
+    runtime = RuntimeConfig(max_steps=2, real_concurrency=8)
+    sides = opener(real=lambda: ButtonsEnv(counter=counter, notes=True), runtime=runtime)
+    trainer = train(buttons_chat, tmp_path, BUTTONS, sides, trainer_class=PassesTrainer, updates=2, lora=None,
+                    groups_per_update=4, group_size=2, micro_batch_size=1, max_grad_norm=1e9,
+                    learning_rate=5e-3)  # fmt: skip
+    compared = trainer.compared  # type: ignore[attr-defined]
+    assert len(compared) == 2
+    for accumulated, whole, scored in compared:
+        for key in ("prompt_mask", "completion_mask"):  # padded on the left and on the right: both cuts tried
+            assert len(set(scored[key].sum(dim=1).tolist())) > 1, key
+        assert max(float(g.abs().max()) for g in whole) > 1e-4  # a real gradient, not zeros matching zeros
+        torch.testing.assert_close(accumulated, whole, rtol=1e-4, atol=1e-7)
 
 
 # ---------------------------------------------------------------------- failures: None, counted by reason
