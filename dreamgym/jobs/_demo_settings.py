@@ -128,8 +128,8 @@ class DemoSettings:
     """Groups (of ``group_size`` episodes) per update; ``real_share`` of them real."""
     micro_batch_size: int = 1
     """Episodes per forward/backward pass of an update (``TrainConfig.micro_batch_size``): one at a time, each
-    cut to its own length, is the same gradient as the update's episodes in one padded pass, 3.5 times sooner on
-    2 cores (``benchmarks/results/train_passes.json``); 0 takes them in one pass."""
+    cut to its own length, is the same gradient as the update's episodes in one padded pass, three times sooner
+    on 2 cores (``benchmarks/results/train_passes.json``); 0 takes them in one pass."""
     resample_flat: int = 1
     """Rounds per update in which a training group whose episodes all scored alike (it teaches nothing) is
     played again as another draw (``TrainConfig.resample_flat``); 0 keeps every group as drawn. From one kept

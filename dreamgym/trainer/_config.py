@@ -72,8 +72,8 @@ class TrainConfig:
     shortest first, each pass cut to its own longest episode (:mod:`dreamgym.trainer._passes`), and their
     gradients summed (the same gradient as one pass for the ``grpo``, ``dapo`` and ``dr_grpo`` losses). Must divide
     ``groups_per_update x group_size``. 0: all of them in one pass, padded to the longest (TRL's way). On a CPU,
-    multi-turn episodes of 300 to 2,000 tokens took 3.5 times longer in one padded pass of 16 than one by one
-    (``benchmarks/train_passes.py``)."""
+    a demo's multi-turn episodes (700 to 2,100 tokens, a third of the padded batch padding) took 7.4 s an update
+    in one padded pass of 16 and 2.5 s one by one (``benchmarks/results/train_passes.json``)."""
     epsilon: float = 0.2
     """PPO-style clipping of the update ratio."""
     max_grad_norm: float = 1.0
