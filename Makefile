@@ -3,12 +3,15 @@ VENV ?= .venv
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast lint bench sim-default clean
+.PHONY: setup setup-demo demo test test-fast lint bench sim-default clean
 
-setup:
+setup:  ## everything: the tests, the benchmarks, every command
 	bash scripts/setup.sh
 
-demo: setup  ## set everything up and run the main job (offline, no keys, no GPU)
+setup-demo:  ## what the demo needs (a later `make setup` adds the rest)
+	bash scripts/setup.sh demo
+
+demo: setup-demo  ## set everything up and run the main job (offline, no keys, no GPU)
 	$(VENV)/bin/dreamgym demo
 
 test: setup  ## set everything up and run every test, the slow end-to-end ones included
@@ -25,7 +28,7 @@ lint: setup
 bench: setup
 	$(VENV)/bin/python benchmarks/replay_bench.py
 
-sim-default: setup  ## build the offline default experience model once (collect in Chromium, then train)
+sim-default: setup-demo  ## build the offline default experience model once (collect in Chromium, then train)
 	$(VENV)/bin/dreamgym sim build-default
 
 clean:

