@@ -7,8 +7,8 @@ Clones this repository's HEAD into a temporary directory (with ``../shared``
 linked beside it, as the project expects), points ``DREAMGYM_CACHE`` at an
 empty directory (the same as removing ``~/.cache/dreamgym``), and runs the
 two halves of ``make demo`` one after the other, timing each:
-``make setup`` (the virtualenv, torch, the packages, Chromium, the model
-caches) and ``dreamgym demo`` with its defaults. Then, in the same clone and
+``make setup-demo`` (the virtualenv, torch, the packages the demo needs,
+Chromium) and ``dreamgym demo`` with its defaults. Then, in the same clone and
 cache, it builds the offline default experience model as a user would
 (``make sim-default``, timed: ``sim_default_build_s``; not part of ``make
 demo``, which trains its own demo-size model) and scores it on its held-out
@@ -73,7 +73,7 @@ def main() -> int:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     env = {**os.environ, "DREAMGYM_CACHE": str(base / "cache")}
     env.pop("VIRTUAL_ENV", None)
-    setup_s = _timed(["make", "setup"], clone, env)
+    setup_s = _timed(["make", "setup-demo"], clone, env)
     demo_s = _timed([str(clone / ".venv" / "bin" / "dreamgym"), "demo"], clone, env)
     demo = json.loads((clone / ".cache" / "demo" / "report.json").read_text())
     total_s = setup_s + demo_s

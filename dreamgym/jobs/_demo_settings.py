@@ -91,8 +91,8 @@ class DemoSettings:
     seed set alone 30 moved the model from 0.50 and 0.26 (two training seeds) to 0.54 and 0.61
     (``demo_sim_arms.json``); on a seed set plus a finished demo's real training groups, from 0.93 to 0.64
     (``demo_sim_arms_draw2.json``). So the demo weighs every token alike."""
-    sim_refit_every: int = 12
-    """Every this many training updates (at the defaults, once: after update 12 of 24), the experience model trains
+    sim_refit_every: int = 10
+    """Every this many training updates (at the defaults, once: after update 10 of 20), the experience model trains
     on more: ``sim_refit_epochs`` passes over every real step of the demo's store (the seed set, the rollouts and
     the real training groups played so far: the states the policy visits now), continuing from the model in use
     (``TrainConfig.sim_refit_every``, :func:`dreamgym.trainer.sft_refit`); the held-out pairs stay out. The
@@ -105,9 +105,11 @@ class DemoSettings:
     ``demo_sim_refit.json``, in half the time)."""
     out: Path = Path(".cache/demo")
     """Where the stores and the report go (the stores are replaced on each run)."""
-    train_updates: int = 24
-    """GRPO updates in phase 6 (0 skips training; about 15 s each at the defaults on 2 cores): one optimizer step
-    each, so with ``train_groups_per_update`` it sets how many steps the same episodes buy. From one kept
+    train_updates: int = 20
+    """GRPO updates in phase 6 (0 skips training; 10-15 s each at the defaults on 2 cores): one optimizer step
+    each, so with ``train_groups_per_update`` it sets how many steps the same episodes buy. 20 rather than the
+    24 of the runs below, to keep the first run under 15 minutes on a slow day; most of the learning comes early
+    (from first-run7's warm start, 47/80, six updates ended at 67/80, a one-off ``demo_arms.py`` arm). From one kept
     warm start (51/80 held-out before; ``benchmarks/demo_arms.py``), 12 updates of four groups ended at 55, 38,
     52 and 24 of 80 over four runs (and the demo itself, 47), 24 updates of two groups at 63 and 50 in about
     the same time (``demo_arms_warm_start.json``; the 50 a one-off): the same episodes, twice the steps. The
