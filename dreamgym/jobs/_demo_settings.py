@@ -81,9 +81,11 @@ class DemoSettings:
     sim_model: Path | None = None
     """An experience model's directory (the offline default: ``dreamgym sim build-default``); ``None``: a
     demo-size model trained in phase 2 on the seed set (:data:`DEMO_SIM_SIZE`, ``sim_epochs``)."""
-    sim_epochs: float = 3.0
-    """Epochs of the demo-size experience model over the seed set's examples (unused with ``sim_model``): 3 train
-    it in 90–150 s on 2 cores, as fast as the machine runs that day."""
+    sim_epochs: float = 2.0
+    """Epochs of the demo-size experience model over the seed set's examples (unused with ``sim_model``): 2 train
+    it in 60–110 s on 2 cores, as fast as the machine runs that day (3 took 131–205 s with the seed set's
+    embedding, over the first run's budget on a slow day: ``first_run.json`` at e4be055). The refit midway through
+    training (``sim_refit_every``) continues it on the states the policy visits; the gate reads only that."""
     sim_outcome_weight: float = 1.0
     """How many times each token of the demo-size model's answered reward and end counts in its loss beside the
     page's (``SimTrainConfig.outcome_weight``; unused with ``sim_model``). Measured on the held-out deciding steps
