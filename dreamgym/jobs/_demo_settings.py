@@ -26,9 +26,8 @@ perfect and has a decision left to learn (which named choice comes when, which t
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoSettings:
-    """What the demo runs. The defaults took 16 min 1 s on 2 CPU cores, on a slow day, once setup had built its
-    caches (``benchmarks/results/first_run.json`` at bee74f6: 63 s of it the refit); before the refit, 11 min 48 s
-    on a quicker day (at 97cbc5a).
+    """What the demo runs. The defaults took 11 min 50 s on 2 CPU cores on a slow draw of the machine, after 2 min
+    20 s of setup from a fresh clone (``benchmarks/results/first_run.json`` at 437e062: 61 s of it the refit).
 
     Example:
         >>> DemoSettings(tasks=("click-button",), train_seeds=(0,), held_out_seeds=(1000,), rollout_groups=2)
