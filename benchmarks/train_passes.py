@@ -99,6 +99,7 @@ def _loss(model: Any, batch: dict[str, Any]) -> Any:
 async def _updates(kept: Path, count: int) -> list[dict[str, Any]]:
     """The first ``count`` updates' first two groups, padded as TRL pads them (prompts left, completions right)."""
     import torch
+    from trl.trainer.utils import pad
 
     from dreamgym.agents import episode_sequence, link_turns
     from dreamgym.jobs._demo_settings import DemoSettings
@@ -123,21 +124,16 @@ async def _updates(kept: Path, count: int) -> list[dict[str, Any]]:
         if not all(groups):
             continue
         sequences = [sequence for group in groups for sequence in group]
-        prompt = max(len(s.prompt_ids) for s in sequences)
-        completion = max(len(s.completion_ids) for s in sequences)
 
-        def left(values: Any, width: int) -> list[int]:
-            return [0] * (width - len(values)) + list(values)
-
-        def right(values: Any, width: int) -> list[int]:
-            return list(values) + [0] * (width - len(values))
+        def padded(rows: list[Any], side: str) -> Any:
+            return pad([torch.tensor(row) for row in rows], padding_value=0, padding_side=side)
 
         batches.append({
-            "prompt_ids": torch.tensor([left(s.prompt_ids, prompt) for s in sequences]),
-            "prompt_mask": torch.tensor([left([1] * len(s.prompt_ids), prompt) for s in sequences]),
-            "completion_ids": torch.tensor([right(s.completion_ids, completion) for s in sequences]),
-            "completion_mask": torch.tensor([right([1] * len(s.completion_ids), completion) for s in sequences]),
-            "tool_mask": torch.tensor([right(s.env_mask, completion) for s in sequences]),
+            "prompt_ids": padded([s.prompt_ids for s in sequences], "left"),
+            "prompt_mask": padded([[1] * len(s.prompt_ids) for s in sequences], "left"),
+            "completion_ids": padded([s.completion_ids for s in sequences], "right"),
+            "completion_mask": padded([[1] * len(s.completion_ids) for s in sequences], "right"),
+            "tool_mask": padded([s.env_mask for s in sequences], "right"),
             "advantages": torch.linspace(-1.0, 1.0, len(sequences)),
         })  # fmt: skip
     return batches
