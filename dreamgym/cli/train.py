@@ -194,7 +194,10 @@ def _run_train(args: argparse.Namespace) -> int:
         eval_seeds=eval_seeds,
     )
     with contextlib.redirect_stdout(sys.stderr):  # TRL prints its logs; stdout carries only the result
-        result = trainer.train(resume=not args.no_resume)
+        try:
+            result = trainer.train(resume=not args.no_resume)
+        finally:
+            trainer.end()
     summary = result.as_dict()
     if args.json:
         print(json.dumps(summary, indent=1))

@@ -275,6 +275,18 @@ class Trainer:
             seconds=time.perf_counter() - started,
         )
 
+    def end(self) -> None:
+        """Finish TRL's trackers and, under several ranks, destroy the process group.
+
+        Call it once, at the very end, after :meth:`train` and anything else
+        that talks between ranks. A rank that exits with its process group
+        still up can abort in the interpreter's teardown ("terminate called
+        without an active exception") after its work is done; ``dreamgym
+        train`` calls this on every rank. Harmless with one rank.
+        """
+        if self.grpo is not None:
+            self.grpo.end()
+
     def _build_grpo(self) -> Any:
         from datasets import Dataset
         from peft import LoraConfig

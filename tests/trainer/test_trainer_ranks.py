@@ -41,6 +41,8 @@ def test_two_ranks_train_on_episodes_only_the_first_plays_and_stores_each_once(t
     assert ranks[0]["real_groups"] == 2 * 2  # rank 0 played both ranks' group of each update
     assert ranks[0]["weights"] == ranks[1]["weights"]  # one model, kept in step across ranks
     assert ranks[0]["weights"] != ranks[0]["weights_before"]  # ...and trained
+    # Trainer.end destroyed the process group before exit (a rank exiting with it up can abort in teardown)
+    assert [(rank["group_before_end"], rank["group_after_end"]) for rank in ranks] == [(True, False)] * 2
 
     async def read() -> tuple[list[Episode], list[Step]]:
         async with open_store(tmp_path / "store") as store:

@@ -53,6 +53,9 @@ def main() -> int:
     report = {"pid": os.getpid(), "update": result.state.update, "real_groups": result.state.real_groups,
               "completions": len(trainer.last_rollout["completion_ids"]), "weights_before": before,
               "weights": _digest(trainer.grpo.model)}  # fmt: skip
+    report["group_before_end"] = torch.distributed.is_initialized()
+    trainer.end()  # as `dreamgym train` does: the process group goes before the interpreter's teardown
+    report["group_after_end"] = torch.distributed.is_initialized()
     (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(report))
     return 0
 
