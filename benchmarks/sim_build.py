@@ -17,7 +17,9 @@ it measures, as JSON lines, each against a baseline from the same run:
    length-grouped batches, of dreamgym's plain loop
    (``SimTrainConfig.loop="plain"``) with both, with the shared system
    message fed with each row instead of once, in bfloat16 mixed precision,
-   and on one thread, with each loop's padding share;
+   and on one thread, with each loop's padding share; and TRL's loop with
+   and without activation checkpointing (TRL's default, on in the default's
+   build before), alternating, three rounds;
 3. **builds**: the offline default's recipe, "before" (:func:`before_template`,
    :func:`before_training`: TRL's loop, random batches, the template with its
    system message; frozen here), and the faster candidate, "after"
@@ -34,7 +36,9 @@ it measures, as JSON lines, each against a baseline from the same run:
    changed (``dreamgym.validate``).
 
 ``--commit-results`` writes ``benchmarks/results/sim_build.json`` with the
-date, the commit and the command; the new model's digest is in it.
+date, the commit and the command; the new model's digest is in it. With
+``--profile-only`` (steps 1 and 2) it writes ``sim_build_profile.json``
+instead, leaving the builds' file as it was.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_build.json"
+PROFILE_RESULTS = ROOT / "benchmarks" / "results" / "sim_build_profile.json"
+"""Where ``--profile-only --commit-results`` writes (collection, examples and the loops' profile; no builds)."""
 
 
 def main() -> int:
@@ -62,7 +68,11 @@ def main() -> int:
     parser.add_argument("--skip-before", action="store_true", help="build only the new default (no 'before' build)")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--profile-only", action="store_true", help="collect, build examples and profile; no builds")
-    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/sim_build.json")
+    parser.add_argument(
+        "--commit-results",
+        action="store_true",
+        help="also write results/sim_build.json (sim_build_profile.json with --profile-only)",
+    )
     args = parser.parse_args()
     import logging
 
@@ -81,6 +91,10 @@ def main() -> int:
     if not args.skip_profile:
         results["profile"] = _profile(examples["before"], args.profile_steps, rows)
     if args.profile_only:
+        if args.commit_results:  # the builds' file stays as its last full run wrote it
+            results["rows"] = rows
+            PROFILE_RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+            print(f"wrote {PROFILE_RESULTS}", file=sys.stderr)
         return 0
     builds = _builds(args, examples, data, example_figures)
     results["builds"] = builds
@@ -295,6 +309,7 @@ def _profile(examples: list[Any], steps: int, rows: list[dict[str, Any]]) -> dic
         figures[name] = measured
         report.emit(f"tokens/s, {name}", measured["tokens_per_s"], "tokens/s", "bare forward+backward, packed", bare,
                     padding_share=measured.get("padding_share"), steps=steps)  # fmt: skip
+    figures["trl activation checkpointing"] = _checkpointing(examples, steps)
     torch.set_num_threads(1)
     try:
         config = dataclasses.replace(before_training(), max_steps=steps, loop="plain")
@@ -305,6 +320,23 @@ def _profile(examples: list[Any], steps: int, rows: list[dict[str, Any]]) -> dic
     report.emit("tokens/s, plain random on 1 thread", one["tokens_per_s"], "tokens/s",
                 f"plain random on {threads} threads", figures["plain random"]["tokens_per_s"])  # fmt: skip
     return figures
+
+
+def _checkpointing(examples: list[Any], steps: int, rounds: int = 3) -> dict[str, Any]:
+    """TRL's loop as the default trained before (activation checkpointing on, TRL's default) and without it,
+    alternating ``rounds`` times (12 steps of one vary by a tenth or more on this machine); the medians."""
+    import statistics
+
+    measured: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for on in (True, False):
+            config = dataclasses.replace(before_training(), max_steps=steps, activation_checkpointing=on)
+            measured[on].append(_short_run(examples, config)["tokens_per_s"])
+    with_it, without = statistics.median(measured[True]), statistics.median(measured[False])
+    report.emit("tokens/s, TRL random without activation checkpointing", without, "tokens/s",
+                "the same with it (the default's build before)", with_it, steps=steps, rounds=rounds)  # fmt: skip
+    return {"steps": steps, "rounds": rounds, "with_tokens_per_s": measured[True],
+            "without_tokens_per_s": measured[False], "speedup_median": round(without / with_it, 3)}  # fmt: skip
 
 
 def _short_run(examples: list[Any], config: Any) -> dict[str, Any]:
@@ -379,10 +411,12 @@ def before_template() -> Any:
 
 def before_training() -> Any:
     """The offline default's training (frozen here): TRL's ``SFTTrainer``, random batches, 2 epochs of the 4-layer
-    scratch model."""
+    scratch model, with TRL's activation checkpointing (on by default in TRL, and so in the default's build until
+    ``SimTrainConfig.activation_checkpointing`` turned it off)."""
     from dreamgym.simulator import SimTrainConfig
 
-    return SimTrainConfig(base="scratch", epochs=2, max_length=1536, loop="trl", group_by_length=False)
+    return SimTrainConfig(base="scratch", epochs=2, max_length=1536, loop="trl", group_by_length=False,
+                          activation_checkpointing=True)  # fmt: skip
 
 
 def candidate_template() -> Any:
@@ -406,12 +440,22 @@ def candidate_training() -> Any:
 
 def default_build(builds: dict[str, Any]) -> str | None:
     """Which of the builds is the offline default's recipe (``DEFAULT_TRAINING``), by its training config. A
-    field the recorded config lacks (added since) counts as its default value: the recipe it names is the same."""
+    field the recorded config lacks (added since) counts as its default value: the recipe it names is the same.
+    Settings that change only the speed, never the weights (:data:`SAME_WEIGHTS`), are not compared: such a
+    build is the default's model, though the default may now build faster than it did."""
     from dreamgym.jobs.sim_default import DEFAULT_TRAINING
     from dreamgym.simulator import SimTrainConfig
 
-    wanted, defaults = as_recorded(DEFAULT_TRAINING), as_recorded(SimTrainConfig())
-    return next((name for name, build in builds.items() if {**defaults, **build["config"]} == wanted), None)
+    def recipe(config: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in config.items() if key not in SAME_WEIGHTS}
+
+    wanted, defaults = recipe(as_recorded(DEFAULT_TRAINING)), as_recorded(SimTrainConfig())
+    return next((name for name, build in builds.items() if recipe({**defaults, **build["config"]}) == wanted), None)
+
+
+SAME_WEIGHTS = ("activation_checkpointing",)
+"""Training settings that change the time a build takes and not its weights (activation checkpointing recomputes
+the same forward pass: bit-identical weights in ``tests/simulator/test_sft_loop.py``)."""
 
 
 def as_recorded(config: Any) -> Any:

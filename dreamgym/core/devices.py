@@ -29,6 +29,7 @@ __all__ = [
     "TrainerFlags",
     "check_device",
     "check_dtype",
+    "checkpointing_flag",
     "cpu_has_bfloat16",
     "mixed_precision",
     "model_device",
@@ -177,3 +178,14 @@ def trainer_flags(device: str, dtype: str) -> TrainerFlags:
     target = resolve_device(device)
     precision = mixed_precision(target, dtype)
     return {"use_cpu": target.type == "cpu", "bf16": precision == torch.bfloat16, "fp16": precision == torch.float16}
+
+
+def checkpointing_flag(on: bool) -> dict[str, Any]:
+    """Activation checkpointing on or off, under the name the installed transformers' ``TrainingArguments`` takes:
+    ``activation_checkpointing``, or ``gradient_checkpointing`` in releases before the rename (the old name still
+    works after it, with a warning on every run). TRL's configs turn it on unless told otherwise: it recomputes
+    each layer's forward pass during the backward one, memory traded for about a third more compute."""
+    from transformers import TrainingArguments
+
+    fields = TrainingArguments.__dataclass_fields__
+    return {"activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing": on}

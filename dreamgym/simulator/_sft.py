@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dreamgym.core.devices import check_device, check_dtype, place_loaded, trainer_flags
+from dreamgym.core.devices import check_device, check_dtype, checkpointing_flag, place_loaded, trainer_flags
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.models import is_hub_id, resolve_model
 from dreamgym.core.progress import Phase, progress
@@ -137,6 +137,11 @@ class SimTrainConfig:
     padding, logits for the answer only; about three times TRL's tokens per second on a CPU:
     ``benchmarks/sim_build.py``); ``"trl"``: TRL's ``SFTTrainer``, which the offline default still trains with
     (the faster recipe measured there predicted worse). Both train the same loss on the same tokens."""
+    activation_checkpointing: bool = False
+    """TRL's loop only: recompute each layer's forward pass during the backward one (less memory for a large base,
+    one more forward pass per step, the same weights: ``tests/simulator/test_sft_loop.py``). TRL's own default is
+    on; the offline default trained with it on until this setting existed (``benchmarks/sim_build.py`` profiles
+    both). The plain loop never checkpoints."""
     device: str = "auto"
     """Where it trains: ``auto`` (CUDA where torch sees a GPU, else the CPU), ``cpu``, ``cuda``, ``cuda:N`` (the
     plain loop; TRL's trains on the first GPU it sees) or ``mps``."""
@@ -506,6 +511,7 @@ def _train_with_trl(
         save_strategy="no",
         report_to="none",
         **trainer_flags(config.device, config.dtype),
+        **checkpointing_flag(config.activation_checkpointing),
         seed=config.seed,
         max_length=config.max_length,
         completion_only_loss=True,
@@ -525,9 +531,13 @@ def _train_with_trl(
     result = _train_reporting(trainer, what)
     seconds = time.perf_counter() - began
     tokens = int(trainer.state.num_input_tokens_seen or 0)
+    checkpointed = getattr(trainer.model, "is_activation_checkpointing", None)
+    if checkpointed is None:  # transformers before the rename
+        checkpointed = getattr(trainer.model, "is_gradient_checkpointing", False)
     figures = {
         "train_loss": result.training_loss,
         "train_steps": trainer.state.global_step,
+        "activation_checkpointing": bool(checkpointed),
         **({"tokens_per_second": round(tokens / max(seconds, 1e-9), 1)} if tokens else {}),
     }
     return trainer.model, len(rows), dropped, figures

@@ -44,6 +44,7 @@ import logging
 import os
 import random
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ import msgspec
 from transformers import PrinterCallback, TrainerCallback
 
 from dreamgym.agents import LocalPolicy, episode_sequence, link_turns
-from dreamgym.core.devices import trainer_flags
+from dreamgym.core.devices import checkpointing_flag, trainer_flags
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.progress import Phase, progress
 from dreamgym.core.protocols import Policy
@@ -257,7 +258,9 @@ class Trainer:
                 what = f"train the policy ({self.config.mode}, GRPO)"
                 with progress(what, total=self.config.updates, unit="updates") as self._phase:
                     self._phase.advance(self.state.update)  # a resumed run starts where it left off
-                    self.grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+                    with warnings.catch_warnings():  # TRL 1.16 reads a property transformers has since renamed
+                        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+                        self.grpo.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
                 final_dir = self.config.output_dir / "final"
                 self.grpo.save_model(str(final_dir))
                 self._write_state(final_dir)
@@ -323,7 +326,7 @@ class Trainer:
             save_steps=config.save_every or config.updates,
             report_to=list(config.report_to),
             **trainer_flags(config.device, config.dtype),
-            gradient_checkpointing=False,
+            **checkpointing_flag(False),
             disable_dropout=True,
             seed=config.seed,
             data_seed=config.seed,

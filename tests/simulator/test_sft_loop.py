@@ -292,6 +292,23 @@ async def test_both_loops_write_a_loadable_model_with_their_figures(tmp_path: Pa
     assert (out / "config.json").exists()
 
 
+async def test_trls_loop_trains_the_same_weights_with_activation_checkpointing_on_or_off(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    examples = await _examples(tmp_path, seeds=3)
+    weights = {}
+    for on in (True, False):
+        config = SimTrainConfig(base="scratch", scratch=TINY, epochs=2, batch_size=4, max_length=1024, loop="trl",
+                                activation_checkpointing=on)  # fmt: skip
+        out = train_experience_model(examples, tmp_path / str(on), config, template=TOY_TEMPLATE)
+        assert read_metadata(out)["activation_checkpointing"] is on  # the model was (not) checkpointing
+        weights[on] = load_file(str(out / "model.safetensors"))
+    assert weights[True].keys() == weights[False].keys()
+    for name, tensor in weights[True].items():  # six steps: recomputing the forward pass changed nothing
+        assert torch.equal(tensor, weights[False][name]), name
+
+
 class _ForgetfulStore(LmdbReplayStore):
     """A store that claims no stored embeddings, so example building embeds every query itself."""
 
