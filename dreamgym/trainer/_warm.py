@@ -28,6 +28,7 @@ import msgspec
 from dreamgym.agents import INDEX_TOKENS, LocalPolicy
 from dreamgym.core.devices import model_device
 from dreamgym.core.errors import ConfigError
+from dreamgym.core.progress import progress
 from dreamgym.core.types import Step, Task
 
 __all__ = ["Demonstration", "WarmStartConfig", "WarmStartResult", "demonstrations", "warm_start"]
@@ -156,16 +157,18 @@ def warm_start(policy: LocalPolicy, examples: Sequence[Demonstration], config: W
     model.train()
     try:
         batches: list[list[int]] = []
-        for _ in range(total):
-            if not batches:
-                batches = _length_batches(examples, config.batch_size, rng)
-            chosen = batches.pop()
-            label_loss, text_loss = _losses(model, [examples[n] for n in chosen], policy.turns.eos_id,
-                                            text=config.lm_weight > 0)  # fmt: skip
-            optimizer.zero_grad()
-            (label_loss + config.lm_weight * text_loss).backward()
-            optimizer.step()
-            losses.append(float(label_loss.detach()))
+        with progress("warm start: clone the demonstrations", total=total, unit="updates") as phase:
+            for _ in range(total):
+                if not batches:
+                    batches = _length_batches(examples, config.batch_size, rng)
+                chosen = batches.pop()
+                label_loss, text_loss = _losses(model, [examples[n] for n in chosen], policy.turns.eos_id,
+                                                text=config.lm_weight > 0)  # fmt: skip
+                optimizer.zero_grad()
+                (label_loss + config.lm_weight * text_loss).backward()
+                optimizer.step()
+                losses.append(float(label_loss.detach()))
+                phase.advance(note=f"label loss {losses[-1]:.2f}")
     finally:
         model.eval()
         policy.weights_changed()

@@ -6,10 +6,12 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers import Recorder
 from runtime_helpers import NAMES, TASK, page, solved
 
 from dreamgym.agents import LocalPolicy, LocalPolicyConfig
 from dreamgym.core import ConfigError, Step, parse_action
+from dreamgym.core.progress import listening
 from dreamgym.simulator import ScratchModelConfig
 from dreamgym.trainer import WarmStartConfig, demonstrations, tiny_index_policy, warm_start
 
@@ -38,7 +40,10 @@ def test_warm_start_teaches_the_demonstrated_choices(lm_weight: float) -> None:
     examples, skipped = demonstrations(policy, [solved(seed) for seed in range(4)], [TASK])
     assert (len(examples), skipped) == (8, 0)  # "click [e3]" matches the labelled choice 'click [e3] "Submit"'
     config = WarmStartConfig(epochs=80, learning_rate=1e-2, batch_size=8, lm_weight=lm_weight)
-    result = warm_start(policy, examples, config)
+    recorder = Recorder()
+    with listening(recorder):
+        result = warm_start(policy, examples, config)
+    assert recorder.finished() == {"warm start: clone the demonstrations": result.updates}  # a bar, counted to its end
     assert result.last_loss < result.first_loss
     assert result.accuracy == 1.0
     for seed in range(4):  # greedy, the policy now does what it was shown, on every page it was shown
