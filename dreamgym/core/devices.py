@@ -184,7 +184,7 @@ def checkpointing_flag(on: bool) -> dict[str, Any]:
     """Activation checkpointing on or off, under the name the installed transformers' ``TrainingArguments`` takes:
     ``activation_checkpointing``, or ``gradient_checkpointing`` in releases before the rename (the old name still
     works after it, with a warning on every run). TRL's configs turn it on unless told otherwise: it recomputes
-    each layer's forward pass during the backward one, memory traded for about a third more compute."""
+    each layer's forward pass during the backward one: memory traded for one more forward pass per step."""
     from transformers import TrainingArguments
 
     fields = TrainingArguments.__dataclass_fields__
