@@ -86,6 +86,7 @@ def main() -> int:
         "before": _success(demo["before"]),
         "after": _success(demo["after"]),
         "verdict": demo["verdict"],
+        "paired": demo.get("paired"),  # the same held-out seeds, pair by pair (reports since 2026-12-04)
         "experience_model": demo["models"]["experience_model"],
         "experience_model_kind": demo["models"]["experience_model_kind"],
         "reward_accuracy": round(demo["simulator_held_out"]["reward_accuracy"], 4),

@@ -28,7 +28,7 @@ from dreamgym.jobs.demo import DemoReport, RolloutFigures, write_report
 from dreamgym.replay import LmdbReplayStore
 from dreamgym.runtime import GroupResult, Rollout
 from dreamgym.simulator import predict_steps, teacher_forced_queries
-from dreamgym.trainer import EvalResult, TaskScore
+from dreamgym.trainer import EvalResult, SeedOutcome, TaskScore
 from dreamgym.validate import ValidationConfig, validate
 
 pytestmark = pytest.mark.anyio
@@ -112,8 +112,10 @@ async def store_training(store: LmdbReplayStore, run: Path) -> Path:
 
 
 def evaluation(successes: int, n: int = 8) -> EvalResult:
+    """``n`` held-out seeds, the first ``successes`` of them solved."""
     tasks = (TaskScore(task_id=TASK.task_id, episodes=n, successes=successes, steps=2 * n),)
-    return EvalResult(episodes=n, successes=successes, steps=2 * n, tasks=tasks)
+    outcomes = tuple(SeedOutcome(task_id=TASK.task_id, seed=seed, solved=seed < successes) for seed in range(n))
+    return EvalResult(episodes=n, successes=successes, steps=2 * n, tasks=tasks, outcomes=outcomes)
 
 
 async def demo_report(tmp_path: Path) -> DemoReport:
@@ -228,6 +230,11 @@ async def test_report_json_carries_the_fidelity_table_the_curve_and_the_examples
     assert data["shadow"]["deciding"] >= data["shadow"]["deciding_correct"] > 0
     assert [example["why"] for example in data["examples"]] == ["solved", "failed", "prediction differed most"]
     assert data["examples"][2]["steps"][1]["predicted_state"].endswith(INVENTED)
+    # before 1/8, after 8/8 on the same seeds: 7 solved only after, none only before; 2 * (1/2)**7
+    assert data["paired"] == {"pairs": 8, "only_after": 7, "only_before": 0, "both": 1, "p_value": 2 / 128}
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "the same seeds, pair by pair | +7 / −0 | of 8 pairs: 7 solved only after training, 0 only" in markdown
+    assert "exact McNemar p = 0.016" in (tmp_path / "out" / "report.html").read_text()
 
 
 async def test_chromium_opens_the_demo_page_offline_without_errors(tmp_path: Path, pool: BrowserPool) -> None:

@@ -71,12 +71,16 @@ def _rate(successes: int, n: int) -> str:
 
 def _verdict(report: DemoReport) -> str:
     word, _, why = report.verdict.partition(": ")
-    before, after = report.before, report.after
+    before, after, paired = report.before, report.after, report.paired
+    pairs = ""
+    if paired.pairs:
+        pairs = (f"; on the same {paired.pairs} (task, seed) pairs, {paired.only_after} solved only after training "
+                 f"and {paired.only_before} only before (exact McNemar p = {paired.p_value:.2g})")  # fmt: skip
     return (
         f'<div class="banner {_BANNER.get(word, "neutral")}"><b>Did the policy learn? {escape(word)}</b> — '
         f"held-out success {_rate(before.successes, before.episodes)} before training, "
         f"{_rate(after.successes, after.episodes)} after<br>"
-        f'<span class="muted">{escape(why)}</span></div>'
+        f'<span class="muted">{escape(why + pairs)}</span></div>'
     )
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from dreamgym.jobs._demo_figures import Shadowed
     from dreamgym.runtime import GroupResult, RuntimeSnapshot
     from dreamgym.simulator import FidelitySummary
-    from dreamgym.trainer import EvalResult
+    from dreamgym.trainer import EvalResult, PairedComparison
     from dreamgym.validate import DecidingSummary
 
 __all__ = [
@@ -190,6 +190,15 @@ class DemoReport:
             return "worse: the 95% interval after training lies wholly below the one before"
         return "not shown: the 95% intervals before and after training overlap"
 
+    @property
+    def paired(self) -> PairedComparison:
+        """The evaluations before and after compared seed by seed (:func:`~dreamgym.trainer.paired_comparison`):
+        the same held-out (task, seed) pairs both times, so the pairing is the sharper test; the verdict above
+        stays the intervals'."""
+        from dreamgym.trainer import paired_comparison
+
+        return paired_comparison(self.before, self.after)
+
     def training_steps(self, source: str) -> int:
         return int(self.training.get("metrics", {}).get(f"train/{source}_steps", 0))
 
@@ -203,6 +212,7 @@ class DemoReport:
             "warm_start": dict(self.warm_start),
             "before": self.before.as_dict(),
             "verdict": self.verdict,
+            "paired": self.paired.as_dict(),
             "rollouts": dataclasses.asdict(self.rollouts),
             "shadow": self.shadow.as_dict(),
             "simulator_held_out": self.held_out.as_dict(),
@@ -297,6 +307,14 @@ def _rate(successes: int, n: int) -> tuple[str, str]:
     return value, f"n = {n}, 95% CI {low:.2f}–{high:.2f}"
 
 
+def _paired(paired: PairedComparison) -> tuple[str, str]:
+    if not paired.pairs:
+        return "–", "no (task, seed) pair was scored in both evaluations"
+    return (f"+{paired.only_after} / −{paired.only_before}",
+            f"of {paired.pairs} pairs: {paired.only_after} solved only after training, {paired.only_before} only "
+            f"before; exact McNemar p = {paired.p_value:.2g}")  # fmt: skip
+
+
 def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
     """The summary as (figure, value, n and spread) rows: what the table and ``report.md`` show."""
     seed, roll, shadow, held = report.seed_set, report.rollouts, report.shadow, report.held_out
@@ -311,6 +329,7 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
         ("success before training", *_rate(report.before.successes, report.before.episodes)),
         ("success after training", *_rate(report.after.successes, report.after.episodes)),
         ("did it learn?", report.verdict.split(":")[0], report.verdict.split(": ", 1)[-1]),
+        ("  the same seeds, pair by pair", *_paired(report.paired)),
         ("simulator reward accuracy (held-out real steps)", *_rate(held.reward_correct, held.n)),
         ("  always-0 reward on the same steps", *_rate(held.zero_reward_correct, held.n)),
         ("  majority class on the same steps", *_rate(held.majority_reward_correct, held.n)),

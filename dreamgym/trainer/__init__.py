@@ -10,7 +10,17 @@
 """
 
 from dreamgym.trainer._config import LoraSettings, Mode, TrainConfig
-from dreamgym.trainer._evaluate import EXAMPLE_COLUMNS, EvalExample, EvalResult, TaskScore, evaluate, wilson_interval
+from dreamgym.trainer._evaluate import (
+    EXAMPLE_COLUMNS,
+    EvalExample,
+    EvalResult,
+    PairedComparison,
+    SeedOutcome,
+    TaskScore,
+    evaluate,
+    paired_comparison,
+    wilson_interval,
+)
 from dreamgym.trainer._sides import ModelSlot, OpenSides, Refit, Sides, sft_refit
 from dreamgym.trainer._tiny import TINY_POLICY, tiny_index_policy
 from dreamgym.trainer._trainer import Trainer, TrainerState, TrainResult, latest_checkpoint
@@ -26,7 +36,9 @@ __all__ = [
     "Mode",
     "ModelSlot",
     "OpenSides",
+    "PairedComparison",
     "Refit",
+    "SeedOutcome",
     "Sides",
     "TaskScore",
     "TrainConfig",
@@ -38,6 +50,7 @@ __all__ = [
     "demonstrations",
     "evaluate",
     "latest_checkpoint",
+    "paired_comparison",
     "sft_refit",
     "tiny_index_policy",
     "warm_start",

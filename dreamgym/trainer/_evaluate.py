@@ -19,7 +19,17 @@ from dreamgym.core.protocols import Policy
 from dreamgym.core.types import Episode, Task
 from dreamgym.runtime import GroupResult, GroupSpec, Runtime
 
-__all__ = ["EXAMPLE_COLUMNS", "EvalExample", "EvalResult", "TaskScore", "evaluate", "wilson_interval"]
+__all__ = [
+    "EXAMPLE_COLUMNS",
+    "EvalExample",
+    "EvalResult",
+    "PairedComparison",
+    "SeedOutcome",
+    "TaskScore",
+    "evaluate",
+    "paired_comparison",
+    "wilson_interval",
+]
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -43,6 +53,55 @@ class TaskScore:
     steps: int
     cut: int = 0
     """Episodes the infrastructure ended (deadline, crash, backend, store, exception): not in ``episodes``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SeedOutcome:
+    """One held-out episode's outcome: its (task, seed) and whether the policy solved it."""
+
+    task_id: str
+    seed: int | None
+    solved: bool | None
+    """``None``: the infrastructure cut the episode (it says nothing about the policy)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PairedComparison:
+    """Two evaluations on the same (task, seed) pairs, pair by pair: the test for "did training change success"
+    that uses the pairing (each seed's page is the same both times), where comparing the two rates' intervals
+    does not. Pairs cut in either evaluation, or played in only one, are left out."""
+
+    pairs: int
+    """(task, seed) pairs scorable in both evaluations."""
+    only_after: int
+    """Solved after, not before."""
+    only_before: int
+    """Solved before, not after."""
+    both: int
+    p_value: float
+    """Exact two-sided McNemar test (a sign test on the discordant pairs): the chance of a split at least this
+    uneven between ``only_after`` and ``only_before`` if training changed nothing."""
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def paired_comparison(before: EvalResult, after: EvalResult) -> PairedComparison:
+    """``before`` and ``after`` compared on the (task, seed) pairs both scored (:attr:`EvalResult.outcomes`)."""
+    first = {(o.task_id, o.seed): o.solved for o in before.outcomes if o.solved is not None}
+    second = {(o.task_id, o.seed): o.solved for o in after.outcomes if o.solved is not None}
+    shared = first.keys() & second.keys()
+    only_after = sum(1 for key in shared if second[key] and not first[key])
+    only_before = sum(1 for key in shared if first[key] and not second[key])
+    discordant = only_after + only_before
+    tail = sum(math.comb(discordant, k) for k in range(min(only_after, only_before) + 1)) / 2**discordant
+    return PairedComparison(
+        pairs=len(shared),
+        only_after=only_after,
+        only_before=only_before,
+        both=sum(1 for key in shared if first[key] and second[key]),
+        p_value=min(1.0, 2 * tail),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +147,9 @@ class EvalResult:
     tasks: tuple[TaskScore, ...] = field(default=())
     examples: tuple[EvalExample, ...] = field(default=())
     """A few episodes to look at (per task, the first solved and the first not solved), for trackers' tables."""
+    outcomes: tuple[SeedOutcome, ...] = field(default=())
+    """Every episode's outcome by (task, seed), for comparing two evaluations pair by pair
+    (:func:`paired_comparison`)."""
 
     @property
     def errors(self) -> int:
@@ -122,6 +184,7 @@ class EvalResult:
             "errors": self.errors,
             "tasks": [asdict(task) for task in self.tasks],
             "examples": [asdict(example) for example in self.examples],
+            "outcomes": [[o.task_id, o.seed, o.solved] for o in self.outcomes],
         }
 
 
@@ -178,6 +241,11 @@ async def evaluate(
         cut_reasons=reasons,
         tasks=scores,
         examples=_examples(results),
+        outcomes=tuple(
+            SeedOutcome(task_id=e.task_id, seed=e.seed, solved=None if e.cut_reason else bool(e.success))
+            for episodes in by_task.values()
+            for e in sorted(episodes, key=lambda e: -1 if e.seed is None else e.seed)
+        ),
     )
 
 

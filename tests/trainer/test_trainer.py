@@ -306,6 +306,9 @@ def test_evaluation_counts_real_transitions_exactly_and_every_figure_reaches_ten
     assert [update for update, _ in result.evaluations] == [0, 1]
     for _, evaluation in result.evaluations:
         assert evaluation.episodes == len(EVAL_SEEDS)
+        # every held-out episode's outcome, by (task, seed): what comparing two evaluations pair by pair reads
+        assert sorted(o.seed for o in evaluation.outcomes) == sorted(EVAL_SEEDS)
+        assert sum(bool(o.solved) for o in evaluation.outcomes) == evaluation.successes
     eval_episodes, eval_steps = anyio.run(stored, tmp_path / "eval-store")
     train_episodes, train_steps = anyio.run(stored, tmp_path / "store")
     assert result.state.eval_real_steps == len(eval_steps) == sum(e.steps for _, e in result.evaluations)
