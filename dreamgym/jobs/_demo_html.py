@@ -70,12 +70,11 @@ def _rate(successes: int, n: int) -> str:
 
 
 def _verdict(report: DemoReport) -> str:
+    from dreamgym.jobs._demo_report import paired_summary
+
     word, _, why = report.verdict.partition(": ")
-    before, after, paired = report.before, report.after, report.paired
-    pairs = ""
-    if paired.pairs:
-        pairs = (f"; on the same {paired.pairs} (task, seed) pairs, {paired.only_after} solved only after training "
-                 f"and {paired.only_before} only before (exact McNemar p = {paired.p_value:.2g})")  # fmt: skip
+    before, after = report.before, report.after
+    pairs = f"; seed by seed, {paired_summary(report.paired)[1]}" if report.paired.pairs else ""
     return (
         f'<div class="banner {_BANNER.get(word, "neutral")}"><b>Did the policy learn? {escape(word)}</b> — '
         f"held-out success {_rate(before.successes, before.episodes)} before training, "

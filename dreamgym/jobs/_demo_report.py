@@ -28,6 +28,7 @@ __all__ = [
     "DemoReport",
     "RolloutFigures",
     "ShadowScore",
+    "paired_summary",
     "score_predictions",
     "score_shadows",
     "score_summary",
@@ -307,7 +308,8 @@ def _rate(successes: int, n: int) -> tuple[str, str]:
     return value, f"n = {n}, 95% CI {low:.2f}–{high:.2f}"
 
 
-def _paired(paired: PairedComparison) -> tuple[str, str]:
+def paired_summary(paired: PairedComparison) -> tuple[str, str]:
+    """The seed-by-seed comparison as (value, note): what the summary table and the HTML page's verdict show."""
     if not paired.pairs:
         return "–", "no (task, seed) pair was scored in both evaluations"
     return (f"+{paired.only_after} / −{paired.only_before}",
@@ -329,7 +331,7 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
         ("success before training", *_rate(report.before.successes, report.before.episodes)),
         ("success after training", *_rate(report.after.successes, report.after.episodes)),
         ("did it learn?", report.verdict.split(":")[0], report.verdict.split(": ", 1)[-1]),
-        ("  the same seeds, pair by pair", *_paired(report.paired)),
+        ("  the same seeds, pair by pair", *paired_summary(report.paired)),
         ("simulator reward accuracy (held-out real steps)", *_rate(held.reward_correct, held.n)),
         ("  always-0 reward on the same steps", *_rate(held.zero_reward_correct, held.n)),
         ("  majority class on the same steps", *_rate(held.majority_reward_correct, held.n)),
