@@ -17,7 +17,7 @@
 
 from dreamgym.agents._chat import ChatAgent, ChatAgentConfig
 from dreamgym.agents._local import CandidateScore, LocalPolicy, LocalPolicyConfig
-from dreamgym.agents._model import WeightsVersion, add_index_tokens
+from dreamgym.agents._model import WeightsVersion, add_index_tokens, choice_logprobs
 from dreamgym.agents._prompt import (
     IN_GOAL,
     INDEX_TOKENS,
@@ -46,6 +46,7 @@ __all__ = [
     "WeightsVersion",
     "add_index_tokens",
     "agent_messages",
+    "choice_logprobs",
     "episode_sequence",
     "goal_first",
     "link_turns",

@@ -12,15 +12,17 @@ Three modes.
   trainer (which differentiates token log-probabilities); its token records
   hold the candidate's token log-likelihoods at temperature 1, for reading.
 - ``index`` lists the candidates in the user message behind label tokens
-  (:data:`~dreamgym.agents.INDEX_TOKENS`) and draws one token from the model's
-  full ``softmax(logits / temperature)``: one forward pass per decision, and
-  the recorded log-probability is exactly what GRPO differentiates. A token
-  that labels no listed choice is an invalid action (data, never raised).
+  (:data:`~dreamgym.agents.INDEX_TOKENS`) and draws one token from
+  ``softmax(logits / temperature)`` over the label tokens alone
+  (``labels_only``; the whole vocabulary without it): one forward pass per
+  decision, and the recorded log-probability is exactly what GRPO
+  differentiates. A label past the listed choices (or, without
+  ``labels_only``, any other token) is an invalid action (data, never raised).
 - ``generate`` samples a ``<think>…</think><action>…</action>`` reply token
   by token at ``temperature``.
 
 In ``index`` and ``generate`` modes each drawn token is recorded with
-``log_softmax(logits / temperature)`` of it; an end of turn the policy
+``log_softmax(logits / temperature)`` of it (for ``index``, over the label tokens); an end of turn the policy
 appends without drawing it is flagged 0 in ``PolicyTokens.action_mask``.
 
 The token record follows :mod:`dreamgym.agents._tokens`: each turn's ids
@@ -100,6 +102,13 @@ class LocalPolicyConfig:
     ``log p(c | episode)``. It cancels a small model's prior for some names and
     ids: SmolLM2-135M took the instructed button on 19 of 20 click-button pages
     calibrated, at chance without. Costs a second prompt per turn."""
+    labels_only: bool = True
+    """``index``: draw from the softmax over the label tokens alone (every other token of the vocabulary gets no
+    probability) and record the log-probability in it; the trainer differentiates the same distribution
+    (:attr:`LocalPolicy.choice_token_ids`). ``False`` draws from the whole vocabulary's softmax, where a token
+    that labels no choice is an invalid action: under GRPO the negative advantages then push probability off
+    the labels and onto page tokens the policy never drew, and a demo's tiny policy came to answer ``down``,
+    ``e`` or a newline greedily (login-user 35 → 1 of 40 held-out episodes, 2026-12-04)."""
     include_scroll: bool = True
     """Offer ``scroll [down]`` and ``scroll [up]`` among the candidates."""
     list_actions: bool = True
@@ -289,6 +298,15 @@ class LocalPolicy:
             limiter=self.limiter,
             weights=self.weights,
         )
+
+    @property
+    def choice_token_ids(self) -> tuple[int, ...] | None:
+        """The token ids an ``index`` policy draws among (its label tokens, with ``labels_only``), sorted; ``None``
+        where any token of the vocabulary can be drawn. A trainer scores the policy's drawn tokens in the softmax
+        over these (:func:`~dreamgym.agents.choice_logprobs`), which is what the policy drew them from."""
+        if self.config.mode != "index" or not self.config.labels_only:
+            return None
+        return tuple(sorted(self._index_of))
 
     def _label_ids(self) -> dict[int, int]:
         """Token id -> choice index of the label tokens; each must be one token of the tokenizer."""
@@ -539,7 +557,8 @@ class LocalPolicy:
         return pick, probabilities[pick]
 
     def _pick(self, requests: list[_Request]) -> None:
-        """Draw one token per request from the full softmax at the temperature; its label names the choice."""
+        """Draw one token per request from the softmax at the temperature (over the label tokens alone, with
+        ``labels_only``); its label names the choice."""
         if not requests:
             return
         drawn = draw_tokens(
@@ -550,6 +569,7 @@ class LocalPolicy:
             generator=self._generator,
             head=self._head,
             memo=self.memo,
+            among=self.choice_token_ids,
         )
         eos = self.turns.eos_id
         for request, (token, logprob) in zip(requests, drawn, strict=True):

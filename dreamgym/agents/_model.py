@@ -34,6 +34,7 @@ __all__ = [
     "PromptHead",
     "WeightsVersion",
     "add_index_tokens",
+    "choice_logprobs",
     "draw_tokens",
     "generate_reply",
     "model_digest",
@@ -331,16 +332,40 @@ def _score_packed(
     return scores
 
 
-def _sampled(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> tuple[int, float]:
-    """Draw a token from ``softmax(logits / temperature)`` (the best one at 0); returns it and its log-probability."""
+def _sampled(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator, among: torch.Tensor | None = None
+) -> tuple[int, float]:
+    """Draw a token from ``softmax(logits / temperature)`` (the best one at 0); returns it and its log-probability.
+
+    With ``among`` (token ids), only those tokens can be drawn: the softmax is over their logits alone
+    (:func:`choice_logprobs`' distribution), and the log-probability returned is in it.
+    """
     import torch
 
+    if among is not None:
+        logits = torch.full_like(logits, float("-inf")).index_copy(0, among, logits.index_select(0, among))
     if temperature == 0:
         token = int(torch.argmax(logits))
         return token, float(torch.log_softmax(logits, dim=-1)[token])
     logprobs = torch.log_softmax(logits / temperature, dim=-1)
     token = int(torch.multinomial(logprobs.exp().to(generator.device), 1, generator=generator))
     return token, float(logprobs[token])
+
+
+def choice_logprobs(logits: torch.Tensor, targets: torch.Tensor, among: torch.Tensor) -> torch.Tensor:
+    """Each target's log-probability under the logits' last dimension, in the softmax over the ``among`` tokens
+    alone where the target is one of them (an index policy's choice), and over every token elsewhere.
+
+    ``logits`` is ``(..., vocab)`` (already divided by the temperature), ``targets`` the matching ``(...)`` ids.
+    Differentiable: the trainer's loss takes an index policy's choices through it, so what it differentiates is
+    what :func:`draw_tokens` drew from with ``among``.
+    """
+    import torch
+
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    over_choices = picked - torch.logsumexp(logits.index_select(-1, among), dim=-1)
+    over_all = picked - torch.logsumexp(logits, dim=-1)
+    return torch.where(torch.isin(targets, among), over_choices, over_all)
 
 
 def generate_reply(
@@ -401,8 +426,10 @@ def draw_tokens(
     generator: torch.Generator,
     head: PromptHead | None = None,
     memo: LogitsMemo | None = None,
+    among: Sequence[int] | None = None,
 ) -> list[tuple[int, float]]:
-    """One token after each prefix, drawn from the full ``softmax(logits / temperature)``, with its log-probability.
+    """One token after each prefix, drawn from ``softmax(logits / temperature)``, with its log-probability: over
+    the whole vocabulary, or over the ``among`` token ids alone (every other token gets no probability).
 
     The prefixes run together in one forward pass (shared parts once, the
     head's cache reused), as :func:`score_candidates` runs them; with a
@@ -416,4 +443,5 @@ def draw_tokens(
 
     with torch.inference_mode():
         last = list(run(prefixes)) if memo is None else memo.rows(model, prefixes, run)
-        return [_sampled(row.float(), temperature, generator) for row in last]
+        allowed = None if among is None else torch.tensor(sorted(among), dtype=torch.long, device=last[0].device)
+        return [_sampled(row.float(), temperature, generator, allowed) for row in last]

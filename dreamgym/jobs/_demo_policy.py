@@ -48,7 +48,7 @@ class PolicyWeights:
     def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
         """The ``index`` policy over the page's listed candidates, sharing ``limiter`` with the other torch work.
 
-        It draws the label token of one candidate from its full softmax, so
+        It draws the label token of one candidate from the softmax over the label tokens, so
         what it records is exactly what GRPO trains (a chooser is not
         trainable). The candidates are listed in the prompt, so the system
         message need not list the action definitions.

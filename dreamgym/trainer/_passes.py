@@ -66,7 +66,52 @@ def split_by_length(batch: dict[str, Any], parts: int) -> list[dict[str, Any]]:
 
 class LengthSortedGRPO(GRPOTrainer):
     """TRL's GRPO trainer whose accumulation steps take :func:`split_by_length`'s slices of each generation
-    batch, in place of TRL's shuffled, equally padded ones (``TrainConfig.micro_batch_size``)."""
+    batch, in place of TRL's shuffled, equally padded ones (``TrainConfig.micro_batch_size``).
+
+    With ``choice_ids`` (an index policy's label tokens, :attr:`dreamgym.agents.LocalPolicy.choice_token_ids`),
+    a completion token that is one of them is scored in the softmax over them alone, as the policy drew it
+    (:func:`dreamgym.agents.choice_logprobs`); every other token (the environment's, never trained) over the
+    whole vocabulary. This runs the model's own head, so its full logits are made (TRL's fused head does not
+    make them): the vocabulary's size in floats per completion token of a pass.
+    """
+
+    def __init__(self, *args: Any, choice_ids: tuple[int, ...] | None = None, **kwargs: Any) -> None:
+        self.choice_ids = choice_ids
+        super().__init__(*args, **kwargs)
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **images: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        if self.choice_ids is None or compute_aux_loss or any(value is not None for value in images.values()):
+            return super()._get_per_token_logps_and_entropies(  # type: ignore[no-any-return]
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **images,
+            )  # fmt: skip
+        from dreamgym.agents import choice_logprobs
+
+        grpo: Any = self
+        among = torch.tensor(self.choice_ids, dtype=torch.long, device=input_ids.device)
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            with grpo.accelerator.autocast():  # the inputs TRL's own pass gives the model, its head unfused
+                logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1).logits
+            logits = logits[:, :-1].float() / grpo.temperature
+            targets = ids[:, -logits_to_keep:]
+            logps.append(choice_logprobs(logits, targets, among))
+            if compute_entropy:
+                with torch.no_grad():
+                    entropies.append(_entropy(logits, targets, among))
+        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         grpo: Any = self  # TRL's buffering state, as its own _prepare_inputs keeps it
@@ -76,3 +121,13 @@ class LengthSortedGRPO(GRPOTrainer):
         if grpo._step % (steps * grpo.num_iterations) == 0 or grpo._buffered_inputs is None:
             grpo._buffered_inputs = split_by_length(grpo._generate_and_score_completions(generation_batch), steps)
         return grpo._buffered_inputs[grpo._step % steps]
+
+
+def _entropy(logits: torch.Tensor, targets: torch.Tensor, among: torch.Tensor) -> torch.Tensor:
+    """Each position's entropy in the distribution its token was scored in (the choices', or the vocabulary's)."""
+
+    def entropy(scores: torch.Tensor) -> torch.Tensor:
+        logprobs = torch.log_softmax(scores, dim=-1)
+        return -(logprobs.exp() * logprobs).sum(dim=-1)
+
+    return torch.where(torch.isin(targets, among), entropy(logits.index_select(-1, among)), entropy(logits))

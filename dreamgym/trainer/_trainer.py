@@ -10,7 +10,9 @@ group, one start each. Each episode comes back as one TRL sample: the first
 prompt, then a completion that interleaves the policy's ids (trained) with
 the environment's answers and appended ends of turn (``env_mask`` 0, never
 trained), the policy's recorded log-probabilities (those it drew each token
-with, at its temperature, which TRL is configured to score at), and the
+with, at its temperature, which TRL is configured to score at; an index
+policy's choices in the softmax over its label tokens, which the loss then
+scores them in too: :class:`~dreamgym.trainer._passes.LengthSortedGRPO`), and the
 episode's outcome reward, less ``TrainConfig.step_cost`` for each step taken.
 TRL normalises the rewards within each group and steps the optimizer; the
 policy's weights count is bumped after every step.
@@ -359,6 +361,7 @@ class Trainer:
             peft_config=peft_config,
             rollout_func=self._rollout,
             callbacks=[_Callback(self)],
+            choice_ids=self.policy.choice_token_ids,  # an index policy's choices: scored as it drew them
         )
         trainer.remove_callback(PrinterCallback)  # its raw log dictionaries: metrics.jsonl has them
         return trainer

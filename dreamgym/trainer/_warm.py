@@ -4,9 +4,12 @@ Each demonstrated step becomes one example: the ids the policy would feed
 its model on that turn (the episode so far, rebuilt from the steps'
 content, with the page's listed choices) and the label token of the action
 the demonstrator took among those choices. The loss is the cross-entropy of
-that one token under the policy's full softmax: exactly the quantity the
-policy samples from and GRPO later trains, so a warm start and RL move the
-same distribution. An action matches a choice by name and arguments (its
+that one token under the model's full softmax. The policy draws from that
+softmax renormalised over its label tokens (``LocalPolicyConfig.labels_only``,
+which GRPO then trains), whose cross-entropy is never above this one: the
+warm start raises the label among the labels and the labels' share of the
+vocabulary at once. Label accuracy is read as the greedy policy acts (the
+likeliest label). An action matches a choice by name and arguments (its
 label and raw text are cosmetic). Steps whose action is not among the page's
 choices (or past the 64 labels) are skipped and counted.
 
@@ -175,7 +178,7 @@ def warm_start(policy: LocalPolicy, examples: Sequence[Demonstration], config: W
     measured = list(examples)
     if config.accuracy_examples is not None and config.accuracy_examples < len(measured):
         measured = random.Random(f"{config.seed}/accuracy").sample(measured, config.accuracy_examples)
-    accuracy = _accuracy(model, measured, policy.turns.eos_id)
+    accuracy = _accuracy(model, measured, policy.turns.eos_id, policy.choice_token_ids)
     tenth = max(1, len(losses) // 10)
     result = WarmStartResult(
         examples=len(examples),
@@ -248,7 +251,11 @@ def _losses(model: Any, rows: Sequence[Demonstration], pad_id: int, *, text: boo
     return label_loss, text_loss
 
 
-def _accuracy(model: Any, examples: Sequence[Demonstration], pad_id: int, batch: int = 32) -> float:
+def _accuracy(
+    model: Any, examples: Sequence[Demonstration], pad_id: int, among: Sequence[int] | None, batch: int = 32
+) -> float:
+    """The share of examples whose label is the greedy policy's answer: the likeliest of the ``among`` tokens (an
+    index policy's labels, which it draws among), or of the whole vocabulary."""
     import torch
 
     right = 0
@@ -257,5 +264,9 @@ def _accuracy(model: Any, examples: Sequence[Demonstration], pad_id: int, batch:
         for start in range(0, len(ordered), batch):
             rows = ordered[start : start + batch]
             logits = _last_logits(model, rows, pad_id)
+            if among is not None:
+                kept = torch.full_like(logits, float("-inf"))
+                kept[:, list(among)] = logits[:, list(among)]
+                logits = kept
             right += sum(int(int(logits[n].argmax()) == row.label) for n, row in enumerate(rows))
     return right / len(examples)

@@ -1,7 +1,8 @@
 """What a trainable LocalPolicy records is what it sampled from: the index and generate modes.
 
 For each mode, at a fixed prefix: the recorded log-probability of a drawn token
-is ``log_softmax(logits / T)`` of a fresh forward pass, and over many draws the
+is ``log_softmax(logits / T)`` of a fresh forward pass (over the label tokens
+alone for an index policy, ``labels_only``), and over many draws the
 empirical frequency of each token matches ``exp(recorded log-probability)``
 (a chi-square test at a fixed seed).
 """
@@ -33,14 +34,20 @@ SHARPEN = 6.0
 def labelled_chat(tiny_chat: tuple[Any, Any]) -> tuple[Any, Any]:
     """The tiny chat model with the index policy's label tokens (copies: the session's fixture stays as it is).
 
-    Its output layer is scaled up: a random model's next-token distribution is
-    nearly flat, where a wrong temperature would hardly show; a peaked one
-    shows it (a record at temperature 1 fails the frequency tests).
+    The label tokens' output rows are spread apart and the output layer is scaled
+    up: a random model's next-token distribution is nearly flat, where a wrong
+    temperature would hardly show; a peaked one shows it (a record at
+    temperature 1 fails the frequency tests).
     """
     model, tokenizer = copy.deepcopy(tiny_chat[0]), copy.deepcopy(tiny_chat[1])
     add_index_tokens(model, tokenizer)
+    labels = [tokenizer.convert_tokens_to_ids(label) for label in INDEX_TOKENS]
     with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(SHARPEN)
+        # the added labels start alike (an index policy draws among them alone): set them apart, as training does
+        head = model.get_output_embeddings().weight
+        spread = torch.randn((len(labels), head.size(1)), generator=torch.Generator().manual_seed(0))
+        head[labels] += spread * head.std()
+        head.mul_(SHARPEN)
     return model, tokenizer
 
 
@@ -50,10 +57,16 @@ def policy_of(chat: tuple[Any, Any], **settings: Any) -> LocalPolicy:
 
 
 def fresh_logprobs(policy: LocalPolicy, ids: list[int]) -> torch.Tensor:
-    """``log_softmax(logits / T)`` of the next token after ``ids``, from one plain forward pass."""
+    """``log_softmax(logits / T)`` of the next token after ``ids``, from one plain forward pass: over the label
+    tokens alone for an index policy that draws only those (every other token at -inf), else the vocabulary."""
     with torch.inference_mode():
-        logits = policy.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
-    return torch.log_softmax(logits / policy.config.temperature, dim=-1)
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0, -1].float() / policy.config.temperature
+    among = policy.choice_token_ids
+    if among is not None:
+        kept = torch.full_like(logits, float("-inf"))
+        kept[list(among)] = logits[list(among)]
+        logits = kept
+    return torch.log_softmax(logits, dim=-1)
 
 
 async def draw_many(policy: LocalPolicy, count: int) -> list[PolicyDecision]:
@@ -150,17 +163,45 @@ async def test_index_mode_draws_each_token_as_often_as_its_recorded_probability(
     assert_frequencies_match(drawn)
 
 
-async def test_an_index_answer_maps_to_the_labelled_choice_or_is_invalid(labelled_chat: tuple[Any, Any]) -> None:
-    policy = policy_of(labelled_chat, mode="index", temperature=TEMPERATURE)
+@pytest.mark.parametrize("labels_only", [True, False])
+async def test_an_index_answer_maps_to_the_labelled_choice_or_is_invalid(
+    labelled_chat: tuple[Any, Any], labels_only: bool
+) -> None:
+    policy = policy_of(labelled_chat, mode="index", temperature=TEMPERATURE, labels_only=labels_only)
     choices = policy.choices(TASK, PAGES[0])
     labels = {policy.turns.encode(label)[0]: n for n, label in enumerate(INDEX_TOKENS)}
+    assert policy.choice_token_ids == (tuple(sorted(labels)) if labels_only else None)
+    outside = 0
     for decision in await draw_many(policy, 64):
         assert decision.tokens is not None
         index = labels.get(decision.tokens.action_ids[0])
+        outside += index is None
         if index is not None and index < len(choices):
             assert decision.action == choices[index]
-        else:  # a random model mostly answers outside the labels: an invalid action, data, not an exception
+        else:  # a label past the listed choices, or another token: an invalid action, data, not an exception
             assert decision.action.is_invalid and "labels none of the" in decision.action.error
+    if labels_only:  # the random model's likeliest tokens are not labels, yet only labels are drawn
+        assert outside == 0
+    else:  # from the whole vocabulary it mostly answers outside the labels
+        assert outside > 32
+
+
+async def test_a_greedy_index_policy_takes_its_likeliest_label_not_its_likeliest_token(
+    labelled_chat: tuple[Any, Any],
+) -> None:
+    policy = policy_of(labelled_chat, mode="index", temperature=0.0)
+    fed = policy.input_ids(TASK, [], PAGES[0])
+    with torch.inference_mode():
+        logits = policy.model(input_ids=torch.tensor([fed])).logits[0, -1].float()
+    among = list(policy.choice_token_ids or ())
+    assert int(logits.argmax()) not in among  # the random model's likeliest token labels nothing
+    decision = await policy.act(TASK, [], PAGES[0])
+    assert decision.tokens is not None
+    best = among[int(logits[among].argmax())]
+    assert decision.tokens.action_ids[0] == best
+    assert decision.tokens.action_logprobs[0] == pytest.approx(
+        float(torch.log_softmax(logits[among], -1).max()), abs=1e-4
+    )
 
 
 async def test_generate_mode_draws_each_first_token_as_often_as_its_recorded_probability(

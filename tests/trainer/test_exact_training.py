@@ -285,13 +285,15 @@ def buttons_chat() -> tuple[Any, Any]:
 
 
 def pay_probability(policy: LocalPolicy) -> float:
-    """The policy's probability of answering Pay's label on the page, from a plain forward pass."""
+    """The policy's probability of answering Pay's label on the page (among the labels it draws from), from a
+    plain forward pass."""
     choices = [str(a) for a in policy.choices(BUTTONS, BUTTON_PAGE)]
     label = policy.turns.encode(INDEX_TOKENS[choices.index(PAY)])[0]
     ids = policy.input_ids(BUTTONS, [], BUTTON_PAGE)
     with torch.inference_mode():
         logits = policy.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
-    return float(torch.softmax(logits / policy.config.temperature, dim=-1)[label])
+    among = list(policy.choice_token_ids or range(logits.size(0)))  # what the policy draws among
+    return float(torch.softmax(logits[among] / policy.config.temperature, dim=-1)[among.index(label)])
 
 
 LEARN = {"updates": 16, "learning_rate": 5e-3, "lora": None, "groups_per_update": 2, "group_size": 8}
