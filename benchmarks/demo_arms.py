@@ -45,8 +45,9 @@ import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-KEPT = ("policy", "experience-model", "store")
-"""What an arm copies from the kept demo: its warm-started policy, its experience model and its store."""
+KEPT = ("policy", "experience-model", "store", "demonstrations")
+"""What an arm copies from the kept demo: its warm-started policy, its experience model, its store and its extra
+demonstrations (where it kept them: the anchor reads them)."""
 WARM_START = frozenset({"warm_epochs", "demonstration_seeds", "policy_model"})
 """Settings the policy phase reads: an arm that changes one builds its own warm start and measures its own before."""
 
@@ -116,7 +117,8 @@ def run_arm(kept: Path, root: Path, recorded: dict[str, Any], changed: dict[str,
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     for name in KEPT:
-        shutil.copytree(kept / name, out / name)
+        if (kept / name).exists():
+            shutil.copytree(kept / name, out / name)
     settings = settings_for(recorded, out, changed)
     own: dict[str, Any] = {}
     if WARM_START & changed.keys():

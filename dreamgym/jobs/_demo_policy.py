@@ -133,7 +133,6 @@ async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
     The order is the stores' contents', not the order collection finished them in (two browser contexts finish
     in any order): the tokenizer and the cloning batches are drawn from this list, so one seed gives one warm
     start."""
-    from dreamgym.bridge import MiniWobDemonstrator
     from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
 
@@ -145,6 +144,15 @@ async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
             settings.demonstrations_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False)
         ) as extra:
             await collect_miniwob(extra, plan)
+    return await _stored_demonstrations(settings)
+
+
+async def _stored_demonstrations(settings: DemoSettings) -> list[list[Step]]:
+    """The demonstrator's episodes already in the demo's stores (the seed set's and ``demonstration_seeds``'), in
+    :func:`_demonstrator_episodes`'s order."""
+    from dreamgym.bridge import MiniWobDemonstrator
+    from dreamgym.replay import LmdbReplayStore
+
     episodes: dict[str, list[Step]] = {}
     stores = [settings.store_dir, *([settings.demonstrations_dir] if settings.demonstration_seeds else [])]
     for path in stores:
@@ -171,7 +179,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         return None
     from dreamgym.jobs import StackSettings, stack_sides
     from dreamgym.runtime import RuntimeConfig
-    from dreamgym.trainer import LoraSettings, TrainConfig, Trainer
+    from dreamgym.trainer import Demonstration, LoraSettings, TrainConfig, Trainer, demonstrations
 
     out = settings.out / "train"
     shutil.rmtree(out, ignore_errors=True)
@@ -187,6 +195,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         sim_refit_every=settings.sim_refit_every,
         step_cost=settings.step_cost,
         resample_flat=settings.resample_flat,
+        anchor_weight=settings.anchor_weight,
         micro_batch_size=settings.micro_batch_size,
         seed=settings.seed,
         report_to=settings.report_to,
@@ -202,12 +211,16 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         refit=_refit(settings, sim_dir) if settings.sim_refit_every else None,
     )
     policy = weights.policy(anyio.CapacityLimiter(1), temperature=settings.temperature, seed=settings.seed)
+    anchor: list[Demonstration] = []
+    if settings.anchor_weight > 0:  # the warm start's demonstrations, on training seeds only (checked by the config)
+        anchor, _ = demonstrations(policy, anyio.run(_stored_demonstrations, settings), demo_tasks(settings))
     trainer = Trainer(
         config,
         policy=policy,
         tasks=demo_tasks(settings),
         open_sides=stack_sides(stack),
         train_seeds=settings.train_seeds,
+        anchor=anchor,
     )
     result = trainer.train(resume=False)
     state = result.state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,11 @@ class DemoSettings:
     played again as another draw (``TrainConfig.resample_flat``); 0 keeps every group as drawn. From one kept
     warm start (33/80 before), two rounds replayed 39 groups beside the 48 drawn and ended at 58/80 in 428 s
     of training, one round replayed 26 and ended at 61/80 in 310 s (one run each, at 1efc532 and da4af0f)."""
+    anchor_weight: float = 0.0
+    """Weight of the behaviour-cloning anchor in each GRPO update (``TrainConfig.anchor_weight``): the mean
+    cross-entropy among the labels of 16 of the warm start's demonstrations (training seeds only), drawn afresh
+    each update. It speaks for tasks the warm start already solves, whose groups are flat and replayed away,
+    while the other tasks' updates move the weights they share. 0: GRPO alone."""
     learning_rate: float = 5e-4
     """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""
     seed: int = 0
@@ -190,6 +196,8 @@ class DemoSettings:
             )
         if not 0.0 <= self.step_cost < 1.0:
             raise ConfigError(f"DemoSettings.step_cost must be in [0, 1), got {self.step_cost}")
+        if not 0.0 <= self.anchor_weight < math.inf:
+            raise ConfigError(f"DemoSettings.anchor_weight must be a finite number >= 0, got {self.anchor_weight}")
         for name in ("real_share", "sim_trust"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"DemoSettings.{name} must be in [0, 1], got {getattr(self, name)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -93,6 +94,14 @@ class TrainConfig:
     The price: in a group where every episode fails, the shortest failure is now taught (giving up early, a Submit
     on an untouched form). 0 rewards the outcome alone; keep ``step_cost x max_steps`` well under 1, or a short
     failure outscores a long success."""
+    anchor_weight: float = 0.0
+    """Weight of a behaviour-cloning term added to each update's loss: the mean cross-entropy of the demonstrated
+    label among the label tokens on ``anchor_batch`` demonstrations (``Trainer(anchor=...)``, an index policy's
+    :func:`~dreamgym.trainer.demonstrations` on training seeds) drawn afresh for each update. It speaks for the
+    tasks whose groups teach nothing (all won, so flat and resampled away) while GRPO moves the weights they share
+    with the others (:mod:`dreamgym.trainer._anchor`). 0: GRPO's loss alone."""
+    anchor_batch: int = 16
+    """``anchor_weight``: demonstrations per update, split across its passes."""
     lora: LoraSettings | None = field(default_factory=LoraSettings)
     """LoRA adapters through PEFT; ``None`` trains every weight."""
     real_share: float = 0.25
@@ -196,6 +205,11 @@ class TrainConfig:
             raise ConfigError(
                 f"TrainConfig.micro_batch_size must divide the {episodes} episodes of an update "
                 f"(groups_per_update x group_size), or be 0; got {self.micro_batch_size}"
+            )
+        if not (0.0 <= self.anchor_weight < math.inf) or self.anchor_batch < 1:
+            raise ConfigError(
+                f"TrainConfig.anchor_weight must be a finite number >= 0 and anchor_batch >= 1, got "
+                f"{self.anchor_weight} and {self.anchor_batch}"
             )
         if self.learning_rate <= 0 or self.beta < 0:
             raise ConfigError("TrainConfig.learning_rate must be > 0 and beta >= 0")

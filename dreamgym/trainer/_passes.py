@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from trl.trainer.grpo_trainer import GRPOTrainer
 
+from dreamgym.trainer._anchor import Anchor
+
 __all__ = ["LengthSortedGRPO", "split_by_length"]
 
 PROMPT_KEYS = frozenset({"prompt_ids", "prompt_mask"})
@@ -73,11 +75,33 @@ class LengthSortedGRPO(GRPOTrainer):
     (:func:`dreamgym.agents.choice_logprobs`); every other token (the environment's, never trained) over the
     whole vocabulary. This runs the model's own head, so its full logits are made (TRL's fused head does not
     make them): the vocabulary's size in floats per completion token of a pass.
+
+    With ``anchor`` (:class:`~dreamgym.trainer._anchor.Anchor`), each pass's loss also carries its share of the
+    behaviour-cloning term on the update's anchor demonstrations (``train/anchor_loss`` logs their mean
+    cross-entropy).
     """
 
-    def __init__(self, *args: Any, choice_ids: tuple[int, ...] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, choice_ids: tuple[int, ...] | None = None, anchor: Anchor | None = None, **kwargs: Any
+    ) -> None:
         self.choice_ids = choice_ids
+        self.anchor = anchor
         super().__init__(*args, **kwargs)
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        """TRL's loss, plus this pass's share of the behaviour-cloning anchor (``TrainConfig.anchor_weight``)."""
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        grpo: Any = self
+        if self.anchor is None or not grpo.model.training:
+            return loss
+        share = self.anchor.loss(model, grpo._step)
+        if share is None:
+            return loss
+        term, cross_entropy = share
+        grpo._metrics["train"]["anchor_loss"].append(cross_entropy)
+        return loss + term
 
     def _get_per_token_logps_and_entropies(
         self,

@@ -64,10 +64,12 @@ from dreamgym.core.protocols import Policy
 from dreamgym.core.types import Source, Task
 from dreamgym.runtime import GroupResult, GroupSpec, Runtime, RuntimePortal
 from dreamgym.simulator import TaskPool
+from dreamgym.trainer._anchor import Anchor
 from dreamgym.trainer._config import TrainConfig
 from dreamgym.trainer._evaluate import EXAMPLE_COLUMNS, EvalResult, evaluate
 from dreamgym.trainer._sides import OpenSides, Sides
 from dreamgym.trainer._trackers import close_writers, relay, relay_table
+from dreamgym.trainer._warm import Demonstration
 
 __all__ = ["TrainResult", "Trainer", "TrainerState", "latest_checkpoint"]
 
@@ -163,6 +165,8 @@ class Trainer:
         eval_tasks: Held-out real tasks to evaluate on (``tasks`` when empty).
         eval_seeds: Held-out seeds; none of them may be a training seed.
         eval_temperature: The policy's temperature when evaluated (0: its best candidate).
+        anchor: Demonstrations (:func:`~dreamgym.trainer.demonstrations`, for this index policy, on training seeds)
+            that ``config.anchor_weight`` keeps the policy close to; required when that weight is above 0.
 
     Example:
         >>> trainer = Trainer(TrainConfig(mode="synthetic", updates=20, output_dir=Path("runs/a")),
@@ -182,6 +186,7 @@ class Trainer:
         eval_tasks: Sequence[Task] = (),
         eval_seeds: Sequence[int] = (),
         eval_temperature: float = 0.0,
+        anchor: Sequence[Demonstration] = (),
     ) -> None:
         if not isinstance(policy, LocalPolicy):
             raise ConfigError(
@@ -209,6 +214,13 @@ class Trainer:
             raise ConfigError(f"evaluation seeds must be held out; these are also training seeds: {sorted(overlap)}")
         if any(task.parent_task_id for task in (*tasks, *eval_tasks)):
             raise ConfigError("give the trainer real tasks only; the curriculum generates its own variants")
+        if config.anchor_weight > 0 and not anchor:
+            raise ConfigError("TrainConfig.anchor_weight > 0 needs demonstrations: Trainer(anchor=demonstrations(...))")
+        if config.anchor_weight > 0 and policy.config.mode != "index":
+            raise ConfigError(f"the anchor trains an index policy's label tokens; {policy.policy_id!r} is not one")
+        seen = sorted({row.seed for row in anchor if row.seed is not None} & set(eval_seeds))
+        if config.anchor_weight > 0 and seen:
+            raise ConfigError(f"anchor demonstrations must come from training seeds, not the evaluation seeds {seen}")
         self.config = config
         self.policy = policy
         self.pool = TaskPool(tasks, config=config.curriculum)
@@ -217,6 +229,7 @@ class Trainer:
         self.eval_tasks = tuple(eval_tasks or tasks)
         self.eval_seeds = tuple(eval_seeds)
         self.eval_temperature = eval_temperature
+        self.anchor = tuple(anchor) if config.anchor_weight > 0 else ()
         self.state = TrainerState()
         self.evaluations: list[tuple[int, EvalResult]] = []
         self.last_rollout: dict[str, list[Any]] = {}
@@ -362,9 +375,24 @@ class Trainer:
             rollout_func=self._rollout,
             callbacks=[_Callback(self)],
             choice_ids=self.policy.choice_token_ids,  # an index policy's choices: scored as it drew them
+            anchor=self._anchor(passes),
         )
         trainer.remove_callback(PrinterCallback)  # its raw log dictionaries: metrics.jsonl has them
         return trainer
+
+    def _anchor(self, passes: int) -> Anchor | None:
+        """The behaviour-cloning anchor of each update's passes (``TrainConfig.anchor_weight``), if any."""
+        if not self.anchor:
+            return None
+        return Anchor(
+            self.anchor,
+            weight=self.config.anchor_weight,
+            batch=self.config.anchor_batch,
+            passes=passes,
+            pad_id=self.policy.turns.eos_id,
+            among=self.policy.choice_token_ids or (),
+            seed=self.config.seed,
+        )
 
     @asynccontextmanager
     async def _open_runtime(self) -> AsyncIterator[Runtime]:

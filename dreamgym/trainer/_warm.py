@@ -82,6 +82,8 @@ class Demonstration:
     task_id: str
     episode_id: str
     step_index: int
+    seed: int | None = None
+    """The episode's seed (the trainer refuses to anchor to an evaluation seed's demonstrations)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +136,7 @@ def demonstrations(
                         task_id=step.task_id,
                         episode_id=step.episode_id,
                         step_index=step.step_index,
+                        seed=step.seed,
                     )
                 )
             else:
@@ -220,7 +223,7 @@ def _batch(rows: Sequence[Demonstration], pad_id: int, device: Any) -> tuple[Any
     return ids, mask
 
 
-def _last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
+def last_logits(model: Any, rows: Sequence[Demonstration], pad_id: int) -> Any:
     """The logits after each row's last id (rows right-padded, masked)."""
     import torch
 
@@ -263,7 +266,7 @@ def _accuracy(
     with torch.inference_mode():
         for start in range(0, len(ordered), batch):
             rows = ordered[start : start + batch]
-            logits = _last_logits(model, rows, pad_id)
+            logits = last_logits(model, rows, pad_id)
             if among is not None:
                 kept = torch.full_like(logits, float("-inf"))
                 kept[:, list(among)] = logits[:, list(among)]

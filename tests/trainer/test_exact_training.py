@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import os
@@ -32,11 +33,12 @@ from runtime_helpers import ToyBackend, open_store, page, simulator
 
 from dreamgym.agents import INDEX_TOKENS, LocalPolicy, LocalPolicyConfig, add_index_tokens, render_observation
 from dreamgym.agents import system_message as agent_system_message
-from dreamgym.core import Action, BackendError, Observation, StepResult, Task
+from dreamgym.core import Action, BackendError, ConfigError, Observation, StepResult, Task
 from dreamgym.runtime import RuntimeConfig
 from dreamgym.simulator import ScratchModelConfig
 from dreamgym.simulator._sft import scratch_model, train_tokenizer
-from dreamgym.trainer import Sides, TrainConfig, Trainer
+from dreamgym.trainer import Demonstration, Sides, TrainConfig, Trainer, tiny_index_policy
+from dreamgym.trainer._anchor import Anchor
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -443,3 +445,160 @@ def test_a_killed_browser_gives_reward_none_counted_by_reason(
     assert trainer.state.cut_episodes == {"browser_crashed": 1}
     assert trainer.last_rollout["dreamgym_reward"].count(None) == 1
     assert any(line.get("rollout/cut/browser_crashed") == 1 for line in metric_lines(tmp_path))
+
+
+# ---------------------------------------------------------------------- the behaviour-cloning anchor
+
+SKIPPING = Task(task_id="toy/skipping", instruction="Press the other button.", site="toy")
+SKIP_PAGE = Observation(state=BUTTON_PAGE.state + '\n[e4] button "Later"', goal="Press the other button.")
+
+
+def skip_demonstration(policy: LocalPolicy, seed: int = 0) -> Demonstration:
+    """Skip, demonstrated on a page whose goal names no button (so its choices keep the page's order, Pay's
+    label first, the one GRPO raises on the Pay page): a task GRPO's groups never play."""
+    choices = [str(a) for a in policy.choices(SKIPPING, SKIP_PAGE)]
+    label = policy.turns.encode(INDEX_TOKENS[choices.index(SKIP)])[0]
+    ids = policy.input_ids(SKIPPING, [], SKIP_PAGE)
+    return Demonstration(ids=tuple(ids), label=label, task_id=SKIPPING.task_id, episode_id="demo", step_index=0,
+                         seed=seed)  # fmt: skip
+
+
+def skip_probability(policy: LocalPolicy) -> float:
+    """The policy's probability of answering Skip's label on the Skip page (among its labels)."""
+    demonstration = skip_demonstration(policy)
+    with torch.inference_mode():
+        logits = policy.model(input_ids=torch.tensor([demonstration.ids])).logits[0, -1].float()
+    among = list(policy.choice_token_ids or ())
+    return float(torch.softmax(logits[among], dim=-1)[among.index(demonstration.label)])
+
+
+def anchored_buttons(chat: tuple[Any, Any], root: Path, **settings: Any) -> Trainer:
+    """GRPO on the Pay page (Pay pays 1), anchored to Skip's demonstration on the Skip page."""
+
+    base: type[Trainer] = settings.pop("trainer_class", Trainer)
+    anchor = settings.get("anchor_weight", 0.0) > 0
+
+    class Anchored(base):  # type: ignore[valid-type,misc]
+        def __init__(self, config: TrainConfig, **kwargs: Any) -> None:
+            super().__init__(config, **kwargs, anchor=[skip_demonstration(kwargs["policy"])] if anchor else ())
+
+    counter = [0]
+    runtime = RuntimeConfig(max_steps=2, real_concurrency=8)
+    sides = opener(real=lambda: ButtonsEnv(counter=counter), runtime=runtime)
+    return train(chat, root, BUTTONS, sides, trainer_class=Anchored, **{**LEARN, "anchor_batch": 2, **settings})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_anchor_keeps_a_demonstrated_task_that_grpo_never_plays(tmp_path: Path) -> None:
+    """GRPO teaches Pay on the Pay page; the Skip page (Skip demonstrated) shares every weight and is never
+    played, so training Pay drags it along unless the anchor speaks for it: after the same 16 updates, Skip's
+    probability there is high with the anchor, near 0 without, and Pay is learnt either way. The demo's policy
+    shape (``tiny_index_policy``): the tests' smaller model cannot tell the two pages apart in 16 updates, so
+    the anchor and GRPO only trade one page against the other there."""
+    model, tokenizer = tiny_index_policy([(BUTTONS, BUTTON_PAGE), (SKIPPING, SKIP_PAGE)], seed=1)
+    warm_index_labels(model, tokenizer, BUTTONS, [BUTTON_PAGE])
+    warm_index_labels(model, tokenizer, SKIPPING, [SKIP_PAGE])
+    chat = (model, tokenizer)
+    before = skip_probability(LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index")))
+    free = anchored_buttons(chat, tmp_path / "free")
+    held = anchored_buttons(chat, tmp_path / "held", anchor_weight=1.0)
+    assert 0.1 < before < 0.6  # one of four labels
+    assert pay_probability(free.policy) > 0.9 and pay_probability(held.policy) > 0.9
+    assert skip_probability(free.policy) < 0.2, "GRPO on Pay no longer drags the Skip page: the test shows nothing"
+    assert skip_probability(held.policy) > 0.8
+    logged = [row["train/anchor_loss"] for row in metric_lines(tmp_path / "held") if "train/anchor_loss" in row]
+    assert len(logged) == LEARN["updates"] and logged[-1] < logged[0]
+
+
+class AnchorTrainer(Trainer):
+    """At each optimizer step, beside the gradient its passes accumulated, TRL's loss over the whole update in
+    one pass plus ``anchor_weight`` times the mean cross-entropy of the update's anchor rows, from the same
+    weights."""
+
+    compared: list[tuple[list[torch.Tensor], list[torch.Tensor]]]
+
+    def _build_grpo(self) -> Any:
+        from transformers import TrainerCallback
+        from trl.trainer.grpo_trainer import GRPOTrainer
+
+        from dreamgym.agents import choice_logprobs
+
+        grpo = super()._build_grpo()
+        self.compared, scored, score = [], [], grpo._generate_and_score_completions
+
+        def spied_score(batch: Any) -> Any:
+            scored[:] = [score(batch)]
+            return scored[0]
+
+        compared, config, policy = self.compared, self.config, self.policy
+
+        class Compare(TrainerCallback):  # type: ignore[misc]
+            def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                params = [p for p in grpo.model.parameters() if p.requires_grad]
+                accumulated = [p.grad.detach().clone() for p in params]
+                grpo.model.zero_grad()
+                steps = grpo.current_gradient_accumulation_steps
+                (GRPOTrainer.compute_loss(grpo, grpo.model, scored[0]) * steps).backward()
+                rows = grpo.anchor.rows((grpo._step - 1) // steps)
+                assert len(rows) == config.anchor_batch
+                ids = torch.tensor([row.ids for row in rows])  # one demonstration: rows of one length
+                logits = grpo.model(input_ids=ids).logits[:, -1].float()
+                among = torch.tensor(policy.choice_token_ids)
+                labels = torch.tensor([row.label for row in rows])
+                (-config.anchor_weight * choice_logprobs(logits, labels, among).mean()).backward()
+                whole = [p.grad.detach().clone() for p in params]
+                for p, grad in zip(params, accumulated, strict=True):
+                    p.grad = grad
+                compared.append((accumulated, whole))
+
+        grpo._generate_and_score_completions = spied_score
+        grpo.add_callback(Compare())
+        return grpo
+
+
+def test_the_anchor_adds_its_weight_times_the_mean_cross_entropy_to_each_update(
+    buttons_chat: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """Eight passes an update, three anchor rows spread over them (some passes carry none): the gradient the
+    passes accumulate is GRPO's one-pass gradient plus the anchor's weight times the gradient of the rows' mean
+    cross-entropy among the labels, nothing more and nothing counted twice."""
+    trainer = anchored_buttons(buttons_chat, tmp_path, trainer_class=AnchorTrainer, anchor_weight=0.7,
+                               anchor_batch=3, updates=2, groups_per_update=4, group_size=2, micro_batch_size=1,
+                               max_grad_norm=1e9)  # fmt: skip
+    compared = trainer.compared  # type: ignore[attr-defined]
+    assert len(compared) == 2
+    for accumulated, whole in compared:
+        assert max(float(g.abs().max()) for g in whole) > 1e-4
+        torch.testing.assert_close(accumulated, whole, rtol=1e-4, atol=1e-7)
+
+
+def test_anchor_rows_are_drawn_per_update_and_split_over_its_passes(buttons_chat: tuple[Any, Any]) -> None:
+    model, tokenizer = buttons_chat
+    policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index"))
+    examples = [dataclasses.replace(skip_demonstration(policy), step_index=n) for n in range(10)]
+    anchor = Anchor(examples, weight=1.0, batch=4, passes=3, pad_id=policy.turns.eos_id,
+                    among=policy.choice_token_ids or (), seed=5)  # fmt: skip
+    first, again = anchor.rows(0), anchor.rows(0)
+    assert first == again and len({row.step_index for row in first}) == 4  # the same draw, no repeats
+    assert any(anchor.rows(update) != first for update in range(1, 5))
+    shares = [anchor.loss(model, step) for step in range(3)]  # update 0: rows 4 over 3 passes (2, 1, 1)
+    assert all(share is not None for share in shares)
+    few = Anchor(examples[:1], weight=1.0, batch=2, passes=4, pad_id=policy.turns.eos_id,
+                 among=policy.choice_token_ids or (), seed=5)  # fmt: skip
+    assert [few.loss(model, step) is None for step in range(4)] == [False, False, True, True]
+
+
+def test_the_anchor_refuses_what_would_mislead_it(buttons_chat: tuple[Any, Any], tmp_path: Path) -> None:
+    model, tokenizer = buttons_chat
+    policy = LocalPolicy(model, tokenizer, config=LocalPolicyConfig(mode="index", temperature=1.0))
+    config = TrainConfig(mode="mixed", updates=1, output_dir=tmp_path, real_share=1.0, anchor_weight=1.0)
+    sides = opener(real=lambda: ButtonsEnv(counter=[0]))
+    with pytest.raises(ConfigError, match="needs demonstrations"):
+        Trainer(config, policy=policy, tasks=[BUTTONS], open_sides=sides, train_seeds=(0,))
+    with pytest.raises(ConfigError, match="training seeds"):
+        Trainer(config, policy=policy, tasks=[BUTTONS], open_sides=sides, train_seeds=(0,), eval_seeds=(1000,),
+                anchor=[skip_demonstration(policy, seed=1000)])  # fmt: skip
+    for weight in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="anchor_weight"):
+            TrainConfig(mode="mixed", updates=1, output_dir=tmp_path, anchor_weight=weight)
