@@ -45,9 +45,10 @@ import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-KEPT = ("policy", "experience-model", "store", "demonstrations")
-"""What an arm copies from the kept demo: its warm-started policy, its experience model, its store and its extra
-demonstrations (where it kept them: the anchor reads them)."""
+KEPT = ("policy", "experience-model", "store")
+"""What an arm copies from the kept demo: its warm-started policy, its experience model and its store."""
+KEPT_IF_THERE = ("demonstrations",)
+"""Copied too where the kept demo has them: its extra demonstrations (``anchor_weight`` reads them)."""
 WARM_START = frozenset({"warm_epochs", "demonstration_seeds", "policy_model"})
 """Settings the policy phase reads: an arm that changes one builds its own warm start and measures its own before."""
 
@@ -116,7 +117,7 @@ def run_arm(kept: Path, root: Path, recorded: dict[str, Any], changed: dict[str,
     out = root / "-".join(f"{name}={value}" for name, value in changed.items()).replace("/", "_")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    for name in KEPT:
+    for name in (*KEPT, *KEPT_IF_THERE):
         if (kept / name).exists():
             shutil.copytree(kept / name, out / name)
     settings = settings_for(recorded, out, changed)

@@ -194,6 +194,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "micro_batch_size": (("--micro-batch-size", "3"), 3),
         "sim_trust": (("--sim-trust", "0.8"), 0.8),
         "step_cost": (("--step-cost", "0.05"), 0.05),
+        "anchor_weight": (("--anchor-weight", "0"), 0.0),
         "learning_rate": (("--learning-rate", "0.01"), 0.01),
         "seed": (("--seed", "4"), 4),
         "report_to": (("--report-to", "tensorboard"), ("tensorboard",)),

@@ -121,7 +121,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.jobs import StackSettings, held_out, stack_sides
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
-    from dreamgym.trainer import Trainer, sft_refit
+    from dreamgym.trainer import Trainer, demonstrations, sft_refit
 
     tasks, seeded = run_tasks(args)
     workers = worker_config(args)
@@ -144,6 +144,9 @@ def _run_train(args: argparse.Namespace) -> int:
         else tuple((task.task_id, None) for task in eval_tasks)
     )
     config = train_config(args)
+    if config.anchor_weight > 0 and args.policy_mode != "index":
+        raise UsageError("--anchor-weight trains an index policy's label tokens: use --policy-mode index")
+    shown = _anchor_episodes(args, tasks, train_seeds) if config.anchor_weight > 0 else []
     curriculum = None
     if config.curriculum is not None:
         if not (args.curriculum_url and args.curriculum_model):
@@ -169,6 +172,7 @@ def _run_train(args: argparse.Namespace) -> int:
         mode=args.policy_mode, temperature=args.temperature, seed=config.seed, list_actions=False, device=config.device
     )
     policy = LocalPolicy.load(policy_dir, config=policy_config)
+    anchor, _ = demonstrations(policy, shown, tasks)
     refit = None
     if config.sim_refit_every and isinstance(sim_model, Path):
         base, refits = sim_model, config.output_dir / "sim-refits"
@@ -192,6 +196,7 @@ def _run_train(args: argparse.Namespace) -> int:
         train_seeds=train_seeds,
         eval_tasks=eval_tasks,
         eval_seeds=eval_seeds,
+        anchor=anchor,
     )
     with contextlib.redirect_stdout(sys.stderr):  # TRL prints its logs; stdout carries only the result
         try:
@@ -212,3 +217,28 @@ def _run_train(args: argparse.Namespace) -> int:
         print(f"  held-out success after {update} updates: {evaluation.successes}/{evaluation.episodes} "
               f"({evaluation.success_rate:.2f}, 95% CI {low:.2f}-{high:.2f}{cut})")  # fmt: skip
     return 0
+
+
+def _anchor_episodes(args: argparse.Namespace, tasks: list[Any], train_seeds: list[int]) -> list[Any]:
+    """``--anchor-weight``'s demonstrations: the scripted demonstrator's real episodes in ``--store`` on the
+    training tasks and seeds (``dreamgym collect --policy demonstrator`` writes them)."""
+    import anyio
+
+    from dreamgym.bridge import MiniWobDemonstrator
+    from dreamgym.core.errors import UsageError
+    from dreamgym.jobs import policy_episodes
+    from dreamgym.replay import LmdbReplayStore
+
+    async def read() -> list[Any]:
+        if not args.store.exists():
+            return []
+        async with LmdbReplayStore(args.store, readonly=True) as store:
+            ids = [task.task_id for task in tasks]
+            return await policy_episodes(store, ids, MiniWobDemonstrator.policy_id, seeds=train_seeds)
+
+    episodes = anyio.run(read)
+    if not episodes:
+        raise UsageError(f"--anchor-weight anchors to the scripted demonstrator's episodes in {args.store} on the "
+                         "training tasks and seeds, and it holds none: collect them first (dreamgym collect "
+                         "--policy demonstrator --tasks ... --seeds ...)")  # fmt: skip
+    return episodes

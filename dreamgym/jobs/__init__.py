@@ -7,10 +7,11 @@
   real side alone (what a Ray rollout worker opens).
 - ``mixed_groups``: groups over tasks and seeds with a share of them real;
   ``held_out``: the (task, seed) pairs a run must never retrieve or refit on;
-  ``collected``: the groups a store does not hold yet (re-runs add nothing twice).
+  ``collected``: the groups a store does not hold yet (re-runs add nothing twice);
+  ``policy_episodes``: one policy's real episodes in a store (a demonstrator's, to clone or anchor to).
 """
 
-from dreamgym.jobs._groups import collected, held_out, mixed_groups
+from dreamgym.jobs._groups import collected, held_out, mixed_groups, policy_episodes
 from dreamgym.jobs._stack import (
     PolicyFactory,
     StackSettings,
@@ -31,5 +32,6 @@ __all__ = [
     "open_browser_envs",
     "open_runtime",
     "open_stack",
+    "policy_episodes",
     "stack_sides",
 ]

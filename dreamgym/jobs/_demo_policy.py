@@ -151,18 +151,16 @@ async def _stored_demonstrations(settings: DemoSettings) -> list[list[Step]]:
     """The demonstrator's episodes already in the demo's stores (the seed set's and ``demonstration_seeds``'), in
     :func:`_demonstrator_episodes`'s order."""
     from dreamgym.bridge import MiniWobDemonstrator
+    from dreamgym.jobs import policy_episodes
     from dreamgym.replay import LmdbReplayStore
 
-    episodes: dict[str, list[Step]] = {}
+    episodes: list[list[Step]] = []
     stores = [settings.store_dir, *([settings.demonstrations_dir] if settings.demonstration_seeds else [])]
     for path in stores:
         async with LmdbReplayStore(path, readonly=True) as store:
-            for name in settings.tasks:
-                for step in await store.get_steps(await store.task_seqs(f"miniwob/{name}", source="real")):
-                    if step.policy_id == MiniWobDemonstrator.policy_id:
-                        episodes.setdefault(step.episode_id, []).append(step)
-    ordered = [sorted(steps, key=lambda step: step.step_index) for steps in episodes.values()]
-    return sorted(ordered, key=lambda steps: (steps[0].task_id, steps[0].seed or 0, steps[0].episode_id))
+            tasks = [f"miniwob/{name}" for name in settings.tasks]
+            episodes += await policy_episodes(store, tasks, MiniWobDemonstrator.policy_id)
+    return sorted(episodes, key=lambda steps: (steps[0].task_id, steps[0].seed or 0, steps[0].episode_id))
 
 
 def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Path) -> TrainOutcome | None:

@@ -1,4 +1,5 @@
-"""Which groups a job runs: over tasks and seeds, a share of them real; the held-out pairs of a task set."""
+"""Which groups a job runs: over tasks and seeds, a share of them real; the held-out pairs of a task set; the
+episodes a store already holds."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from dreamgym.core.types import Source, Task
 from dreamgym.runtime import GroupSpec, RatioSource
 
-__all__ = ["collected", "held_out", "mixed_groups"]
+__all__ = ["collected", "held_out", "mixed_groups", "policy_episodes"]
 
 
 def mixed_groups(
@@ -80,3 +81,19 @@ async def collected(store: Any, groups: Sequence[Any], policy_id: str) -> tuple[
         dataclasses.replace(group, size=group.size - held(group)) for group in groups if held(group) < group.size
     ]
     return pending, len(groups) - len(pending)
+
+
+async def policy_episodes(
+    store: Any, task_ids: Sequence[str], policy_id: str, *, seeds: Sequence[int] | None = None
+) -> list[list[Any]]:
+    """The real episodes ``policy_id`` played in ``store`` on ``task_ids`` (on ``seeds`` only, when given), each its
+    steps in order, the episodes by (task, seed, episode id): a scripted demonstrator's, say, to clone or to
+    anchor GRPO to (:func:`dreamgym.trainer.demonstrations`)."""
+    wanted = None if seeds is None else set(seeds)
+    episodes: dict[str, list[Any]] = {}
+    for task_id in task_ids:
+        for step in await store.get_steps(await store.task_seqs(task_id, source="real")):
+            if step.policy_id == policy_id and (wanted is None or step.seed in wanted):
+                episodes.setdefault(step.episode_id, []).append(step)
+    ordered = [sorted(steps, key=lambda step: step.step_index) for steps in episodes.values()]
+    return sorted(ordered, key=lambda steps: (steps[0].task_id, steps[0].seed or 0, steps[0].episode_id))

@@ -63,9 +63,9 @@ class Anchor:
             return rng.sample(self.examples, self.batch)
         return [rng.choice(self.examples) for _ in range(self.batch)]
 
-    def loss(self, model: Any, step: int) -> tuple[torch.Tensor, float] | None:
-        """Pass ``step``'s share of the anchor term (TRL's pass counter: ``passes`` passes make one update), and
-        the mean cross-entropy of its rows; ``None`` when this pass has no rows (fewer rows than passes).
+    def loss(self, model: Any, update: int, pass_index: int) -> tuple[torch.Tensor, float] | None:
+        """The share of update ``update`` (0-based) that its pass ``pass_index`` (of ``passes``) carries, and the
+        mean cross-entropy of that pass's rows; ``None`` when the pass has no rows (fewer rows than passes).
 
         The shares of an update's passes add up to ``weight`` times the mean cross-entropy over its rows, which is
         how TRL's ``grpo`` loss adds up its passes too.
@@ -74,7 +74,7 @@ class Anchor:
 
         from dreamgym.agents import choice_logprobs
 
-        mine = self.rows(step // self.passes)[step % self.passes :: self.passes]
+        mine = self.rows(update)[pass_index :: self.passes]
         if not mine:
             return None
         logits = last_logits(model, mine, self.pad_id)

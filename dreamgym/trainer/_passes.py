@@ -96,7 +96,8 @@ class LengthSortedGRPO(GRPOTrainer):
         grpo: Any = self
         if self.anchor is None or not grpo.model.training:
             return loss
-        share = self.anchor.loss(model, grpo._step)
+        # the optimizer steps taken so far number the update (kept across a resume); TRL's pass counter, the pass
+        share = self.anchor.loss(model, grpo.state.global_step, grpo._step % self.anchor.passes)
         if share is None:
             return loss
         term, cross_entropy = share

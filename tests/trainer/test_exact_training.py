@@ -540,7 +540,7 @@ class AnchorTrainer(Trainer):
                 grpo.model.zero_grad()
                 steps = grpo.current_gradient_accumulation_steps
                 (GRPOTrainer.compute_loss(grpo, grpo.model, scored[0]) * steps).backward()
-                rows = grpo.anchor.rows((grpo._step - 1) // steps)
+                rows = grpo.anchor.rows(state.global_step)  # the update about to step
                 assert len(rows) == config.anchor_batch
                 ids = torch.tensor([row.ids for row in rows])  # one demonstration: rows of one length
                 logits = grpo.model(input_ids=ids).logits[:, -1].float()
@@ -582,11 +582,11 @@ def test_anchor_rows_are_drawn_per_update_and_split_over_its_passes(buttons_chat
     first, again = anchor.rows(0), anchor.rows(0)
     assert first == again and len({row.step_index for row in first}) == 4  # the same draw, no repeats
     assert any(anchor.rows(update) != first for update in range(1, 5))
-    shares = [anchor.loss(model, step) for step in range(3)]  # update 0: rows 4 over 3 passes (2, 1, 1)
+    shares = [anchor.loss(model, 0, k) for k in range(3)]  # update 0: rows 4 over 3 passes (2, 1, 1)
     assert all(share is not None for share in shares)
     few = Anchor(examples[:1], weight=1.0, batch=2, passes=4, pad_id=policy.turns.eos_id,
                  among=policy.choice_token_ids or (), seed=5)  # fmt: skip
-    assert [few.loss(model, step) is None for step in range(4)] == [False, False, True, True]
+    assert [few.loss(model, 7, k) is None for k in range(4)] == [False, False, True, True]
 
 
 def test_the_anchor_refuses_what_would_mislead_it(buttons_chat: tuple[Any, Any], tmp_path: Path) -> None:

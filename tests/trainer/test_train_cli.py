@@ -1,4 +1,5 @@
-"""``dreamgym train`` as a user runs it: collect a real seed set in Chromium, then sim2real with tiny real models."""
+"""``dreamgym train`` as a user runs it: collect a real seed set in Chromium, then sim2real with tiny real models,
+anchored to the collected demonstrations."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_collect_then_sim2real_then_resume(tmp_path: Path, tiny_models: tuple[Pa
         "train", "--mode", "sim2real", "--updates", "2", "--switch-at", "1", "--group-size", "2",
         "--groups-per-update", "1", "--tasks", TASK, "--train-seeds", "0-1", "--eval-seeds", "1000",
         "--policy-model", str(policy), "--sim-model", str(sim), "--store", str(store), "--out", str(out),
-        "--max-steps", "3", "--lr", "1e-3", "--json",
+        "--max-steps", "3", "--lr", "1e-3", "--anchor-weight", "0.5", "--json",
     )  # fmt: skip
     result = json.loads(dreamgym(*train).stdout)
     assert (result["update"], result["switched_at"]) == (2, 1)
@@ -34,7 +35,8 @@ def test_collect_then_sim2real_then_resume(tmp_path: Path, tiny_models: tuple[Pa
     logged = tensorboard_events(out / "runs")  # every figure reaches TensorBoard through TRL's loggers
     assert [step for step, _ in logged["scalars"]["eval/success_rate"]] == [0, 2]
     assert [step for step, _ in logged["scalars"]["train/synthetic_groups"]][-1] == 2
-    assert {"train/loss", "eval/episodes", "train/real_transitions"} <= set(logged["scalars"])
+    # the anchor: the demonstrator's episodes collected above, on the training seeds
+    assert {"train/loss", "train/anchor_loss", "eval/episodes", "train/real_transitions"} <= set(logged["scalars"])
     assert f"| {'miniwob/' + TASK} | 1000 |" in logged["texts"]["eval/examples/text_summary"][0]
     kinds = {json.loads(line)["kind"] for line in (out / "metrics.jsonl").read_text().splitlines()}
     assert kinds >= {"train", "eval"}

@@ -30,6 +30,8 @@ SET: dict[str, tuple[tuple[str, ...], Any]] = {
     "max_grad_norm": (("--max-grad-norm", "0.5"), 0.5),
     "resample_flat": (("--resample-flat", "2"), 2),
     "step_cost": (("--step-cost", "0.05"), 0.05),
+    "anchor_weight": (("--anchor-weight", "0.5"), 0.5),
+    "anchor_batch": (("--anchor-batch", "8"), 8),
     "lora.r": (("--lora-r", "4"), 4),
     "lora.alpha": (("--lora-alpha", "6"), 6),
     "lora.dropout": (("--lora-dropout", "0.1"), 0.1),
@@ -144,4 +146,7 @@ def test_bad_settings_exit_2_before_anything_opens(tmp_path: Path) -> None:
     result = dreamgym("train", "--store", str(store), "--out", str(tmp_path / "run"), "--mode", "mixed",
                       "--device", "cuda:1", check=False)  # fmt: skip
     assert result.returncode == 2 and "CUDA_VISIBLE_DEVICES=1" in result.stderr
+    result = dreamgym("train", "--store", str(store), "--out", str(tmp_path / "run"), "--mode", "mixed",
+                      "--anchor-weight", "1", check=False)  # fmt: skip
+    assert result.returncode == 2 and "holds none: collect them first" in result.stderr
     assert not store.exists() and not (tmp_path / "run").exists()
