@@ -342,14 +342,14 @@ class PassesTrainer(Trainer):
             scored[:] = [score(batch)]
             return scored[0]
 
-        compared = self.compared
+        compared, whole_loss = self.compared, self.whole_loss
 
         class Compare(TrainerCallback):  # type: ignore[misc]
             def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
                 params = [p for p in grpo.model.parameters() if p.requires_grad]
                 accumulated = [p.grad.detach().clone() for p in params]
                 grpo.model.zero_grad()
-                (grpo.compute_loss(grpo.model, scored[0]) * grpo.current_gradient_accumulation_steps).backward()
+                whole_loss(grpo, scored[0], update=state.global_step).backward()
                 whole = [p.grad.detach().clone() for p in params]
                 for p, grad in zip(params, accumulated, strict=True):
                     p.grad = grad
@@ -358,6 +358,10 @@ class PassesTrainer(Trainer):
         grpo._generate_and_score_completions = spied_score
         grpo.add_callback(Compare())
         return grpo
+
+    def whole_loss(self, grpo: Any, scored: dict[str, Any], *, update: int) -> torch.Tensor:
+        """The update's loss in one pass over all its episodes."""
+        return grpo.compute_loss(grpo.model, scored) * grpo.current_gradient_accumulation_steps  # type: ignore[no-any-return]
 
 
 def test_passes_of_like_length_sum_to_the_one_pass_gradient(buttons_chat: tuple[Any, Any], tmp_path: Path) -> None:
@@ -511,50 +515,24 @@ def test_the_anchor_keeps_a_demonstrated_task_that_grpo_never_plays(tmp_path: Pa
     assert len(logged) == LEARN["updates"] and logged[-1] < logged[0]
 
 
-class AnchorTrainer(Trainer):
+class AnchorTrainer(PassesTrainer):
     """At each optimizer step, beside the gradient its passes accumulated, TRL's loss over the whole update in
     one pass plus ``anchor_weight`` times the mean cross-entropy of the update's anchor rows, from the same
     weights."""
 
-    compared: list[tuple[list[torch.Tensor], list[torch.Tensor]]]
-
-    def _build_grpo(self) -> Any:
-        from transformers import TrainerCallback
+    def whole_loss(self, grpo: Any, scored: dict[str, Any], *, update: int) -> torch.Tensor:
         from trl.trainer.grpo_trainer import GRPOTrainer
 
         from dreamgym.agents import choice_logprobs
 
-        grpo = super()._build_grpo()
-        self.compared, scored, score = [], [], grpo._generate_and_score_completions
-
-        def spied_score(batch: Any) -> Any:
-            scored[:] = [score(batch)]
-            return scored[0]
-
-        compared, config, policy = self.compared, self.config, self.policy
-
-        class Compare(TrainerCallback):  # type: ignore[misc]
-            def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                params = [p for p in grpo.model.parameters() if p.requires_grad]
-                accumulated = [p.grad.detach().clone() for p in params]
-                grpo.model.zero_grad()
-                steps = grpo.current_gradient_accumulation_steps
-                (GRPOTrainer.compute_loss(grpo, grpo.model, scored[0]) * steps).backward()
-                rows = grpo.anchor.rows(state.global_step)  # the update about to step
-                assert len(rows) == config.anchor_batch
-                ids = torch.tensor([row.ids for row in rows])  # one demonstration: rows of one length
-                logits = grpo.model(input_ids=ids).logits[:, -1].float()
-                among = torch.tensor(policy.choice_token_ids)
-                labels = torch.tensor([row.label for row in rows])
-                (-config.anchor_weight * choice_logprobs(logits, labels, among).mean()).backward()
-                whole = [p.grad.detach().clone() for p in params]
-                for p, grad in zip(params, accumulated, strict=True):
-                    p.grad = grad
-                compared.append((accumulated, whole))
-
-        grpo._generate_and_score_completions = spied_score
-        grpo.add_callback(Compare())
-        return grpo
+        rows = grpo.anchor.rows(update)
+        assert len(rows) == self.config.anchor_batch
+        ids = torch.tensor([row.ids for row in rows])  # one demonstration: rows of one length
+        logits = grpo.model(input_ids=ids).logits[:, -1].float()
+        among, labels = torch.tensor(self.policy.choice_token_ids), torch.tensor([row.label for row in rows])
+        anchor = -self.config.anchor_weight * choice_logprobs(logits, labels, among).mean()
+        steps = grpo.current_gradient_accumulation_steps
+        return GRPOTrainer.compute_loss(grpo, grpo.model, scored) * steps + anchor  # type: ignore[no-any-return]
 
 
 def test_the_anchor_adds_its_weight_times_the_mean_cross_entropy_to_each_update(
@@ -568,7 +546,7 @@ def test_the_anchor_adds_its_weight_times_the_mean_cross_entropy_to_each_update(
                                max_grad_norm=1e9)  # fmt: skip
     compared = trainer.compared  # type: ignore[attr-defined]
     assert len(compared) == 2
-    for accumulated, whole in compared:
+    for accumulated, whole, _ in compared:
         assert max(float(g.abs().max()) for g in whole) > 1e-4
         torch.testing.assert_close(accumulated, whole, rtol=1e-4, atol=1e-7)
 
