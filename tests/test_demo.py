@@ -67,6 +67,9 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     turns = metrics["train/policy_prompts_run"] + metrics["train/policy_prompts_reused"]
     assert metrics["train/policy_prompts_run"] > 0 and turns >= metrics["train/real_steps"]
     assert "drawn synthetic played real" in result.stdout + (out / "report.md").read_text()
+    # every update anchored to the warm start's demonstrations (the seed set's and demonstration seeds')
+    assert metrics["train/anchor_examples"] > 0 and metrics["train/anchor_weight"] == 1.0
+    assert "anchored to the warm start's" in (out / "report.md").read_text()
     # one refit, after update 1 (none after the last): half a pass over the store's real steps, from the demo-size
     # model; update 2's real steps are shadowed by the refitted model, and only its answers count for the gate
     assert metrics["train/sim_refits"] == 1 and metrics["train/sim_refit_seconds"] > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -224,6 +224,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
     state = result.state
     rows = _metric_rows(out)
     losses = [row["train/loss"] for row in rows if "train/loss" in row]
+    anchored = [row["train/anchor_loss"] for row in rows if "train/anchor_loss" in row]
     refits = [row["sim/refit_seconds"] for row in rows if "sim/refit_seconds" in row]
     trust: dict[str, Any] = next(
         (row for row in reversed(rows) if any(key.startswith("sim_trust/") for key in row)), {}
@@ -249,6 +250,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         "train/sim_refit_seconds": float(sum(refits)),
         **{f"train/{key}": float(value) for key, value in trust.items() if key.startswith("sim_trust/")},
         **({"train/last_loss": float(losses[-1])} if losses else {}),
+        **_anchor_figures(settings, anchor, anchored),
         **_memo_figures(policy),
     }
     return TrainOutcome(policy=trained, metrics=metrics, report=functools.partial(trainer.report, kind="demo"))
@@ -268,6 +270,19 @@ def _refit(settings: DemoSettings, sim_dir: Path) -> Callable[[anyio.CapacityLim
         learning_rate=DEMO_REFIT_LEARNING_RATE,
         limiter=limiter,
     )
+
+
+def _anchor_figures(settings: DemoSettings, anchor: Sequence[Any], losses: Sequence[float]) -> dict[str, float]:
+    """How many demonstrations the updates were anchored to, at what weight, and their loss at the first and last
+    update (none without the anchor)."""
+    if not anchor or not losses:
+        return {}
+    return {
+        "train/anchor_examples": float(len(anchor)),
+        "train/anchor_weight": settings.anchor_weight,
+        "train/anchor_first_loss": float(losses[0]),
+        "train/anchor_last_loss": float(losses[-1]),
+    }
 
 
 def _memo_figures(policy: LocalPolicy) -> dict[str, float]:

@@ -378,6 +378,10 @@ def _training_note(training: Mapping[str, Any]) -> str:
     m = training["metrics"]
     note = (f"{m['train/updates']:.0f} GRPO updates, {m['train/real_groups']:.0f} real + "
             f"{m['train/synthetic_groups']:.0f} synthetic groups, {m['train/dropped_groups']:.0f} dropped")  # fmt: skip
+    if m.get("train/anchor_examples"):
+        note += (f"; anchored to the warm start's {m['train/anchor_examples']:.0f} demonstrations (weight "
+                 f"{m['train/anchor_weight']:g}, their loss {m['train/anchor_first_loss']:.2f} → "
+                 f"{m['train/anchor_last_loss']:.2f})")  # fmt: skip
     if m.get("train/gated_groups"):
         note += f"; {m['train/gated_groups']:.0f} drawn synthetic played real (the simulator had not earned the task)"
     if m.get("train/sim_refits"):
