@@ -1,5 +1,5 @@
 """Training under two ranks (torchrun, CPU): one rank plays every rank's episodes and writes the one store;
-both train on their share and end with the same weights."""
+both train on their share, anchored to demonstrations, and end with the same weights."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def test_two_ranks_train_on_episodes_only_the_first_plays_and_stores_each_once(t
     assert ranks[0]["real_groups"] == 2 * 2  # rank 0 played both ranks' group of each update
     assert ranks[0]["weights"] == ranks[1]["weights"]  # one model, kept in step across ranks
     assert ranks[0]["weights"] != ranks[0]["weights_before"]  # ...and trained
+    # the anchor's extra forward pass per update runs under DDP (its loss logged at each update)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    anchored = [line["train/anchor_loss"] for line in lines if "train/anchor_loss" in line]
+    assert len(anchored) == 2 and all(loss > 0 for loss in anchored)
     # Trainer.end destroyed the process group before exit (a rank exiting with it up can abort in teardown)
     assert [(rank["group_before_end"], rank["group_after_end"]) for rank in ranks] == [(True, False)] * 2
 

@@ -1,5 +1,6 @@
 """Two ranks of one training run, started by ``torchrun`` from ``test_trainer_ranks.py``: real groups on the toy
-form, a tiny real policy. Each rank writes ``OUT/rank-N.json`` (what it did, a digest of its final weights); the
+form, a tiny real policy, anchored to demonstrations (``TrainConfig.anchor_weight``). Each rank writes
+``OUT/rank-N.json`` (what it did, a digest of its final weights); the
 rank that opens the sides writes ``OUT/opened-PID``."""
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ import torch
 from helpers import warm_index_labels
 from runtime_helpers import NAMES, TASK, ToyFormEnv, goal, open_store, page
 
-from dreamgym.agents import LocalPolicy, LocalPolicyConfig, add_index_tokens, render_observation, system_message
+from dreamgym.agents import (
+    INDEX_TOKENS,
+    LocalPolicy,
+    LocalPolicyConfig,
+    add_index_tokens,
+    render_observation,
+    system_message,
+)
 from dreamgym.runtime import RuntimeConfig, Sides
 from dreamgym.simulator import ScratchModelConfig
 from dreamgym.simulator._sft import scratch_model, train_tokenizer
-from dreamgym.trainer import TrainConfig, Trainer
+from dreamgym.trainer import Demonstration, TrainConfig, Trainer
 
 TINY = ScratchModelConfig(vocab_size=400, hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128,
                           max_positions=4096)  # fmt: skip
@@ -46,8 +54,10 @@ def main() -> int:
             yield Sides(store=store, real_env=ToyFormEnv, runtime_config=RuntimeConfig(max_steps=4, real_concurrency=2))
 
     config = TrainConfig(mode="mixed", real_share=1.0, updates=2, group_size=2, groups_per_update=1,
-                         learning_rate=1e-2, lora=None, output_dir=out / "run", report_to=())  # fmt: skip
-    trainer = Trainer(config, policy=policy, tasks=[TASK], open_sides=open_sides, train_seeds=(0, 1, 2, 3))
+                         learning_rate=1e-2, lora=None, output_dir=out / "run", report_to=(), anchor_weight=1.0,
+                         anchor_batch=3)  # fmt: skip
+    trainer = Trainer(config, policy=policy, tasks=[TASK], open_sides=open_sides, train_seeds=(0, 1, 2, 3),
+                      anchor=_demonstrations(policy))  # fmt: skip
     before = _digest(policy.model)
     result = trainer.train(resume=False)
     report = {"pid": os.getpid(), "update": result.state.update, "real_groups": result.state.real_groups,
@@ -58,6 +68,26 @@ def main() -> int:
     report["group_after_end"] = torch.distributed.is_initialized()
     (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(report))
     return 0
+
+
+def _demonstrations(policy: LocalPolicy) -> list[Demonstration]:
+    """Typing the name, demonstrated on each training seed's empty form."""
+    rows = []
+    for seed in range(len(NAMES)):
+        form = page(seed)
+        choices = [str(action) for action in policy.choices(TASK, form)]
+        typing = next(n for n, choice in enumerate(choices) if NAMES[seed] in choice)
+        rows.append(
+            Demonstration(
+                ids=tuple(policy.input_ids(TASK, [], form)),
+                label=policy.turns.encode(INDEX_TOKENS[typing])[0],
+                task_id=TASK.task_id,
+                episode_id=f"demo-{seed}",
+                step_index=0,
+                seed=seed,
+            )
+        )
+    return rows
 
 
 def _digest(model: torch.nn.Module) -> str:
