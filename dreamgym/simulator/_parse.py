@@ -9,7 +9,15 @@ element id the page has (``-   [e3] textbox: 9x`` where the page has
 it is replaced by the page's own line, and the additions of that id are
 indented as the page indents it (``ParsedAnswer.anchored_lines``). Any other
 such line carries no change to make, so it is dropped
-(``ParsedAnswer.dropped_lines``). The experience model counts answers
+(``ParsedAnswer.dropped_lines``). Where the diff still does not apply, the
+additions that replace or follow such a dropped line (up to the next line
+the page has) go with it: they say what changes but not where. This is what
+the small models write for a ``select``: the selection moved between the
+options of a list retrieved from a neighbour's page
+(``-   option "Theodora"`` / ``+   option "Theodora" [selected]`` on a list
+without Theodora), which placed at the top of the page broke it; read so,
+the page stands unchanged and the simulator's ``select`` rule (``_rules``)
+marks the option the action named. The experience model counts answers
 repaired either way as ``repaired_answers``; the rest of the prediction
 stands. Not tolerated (a
 :class:`~dreamgym.core.errors.ModelOutputError` naming what is wrong, which the
@@ -132,12 +140,20 @@ def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[S
         return apply_diff(base, "\n".join(lines), strict=False), 0, 0
     except StateFormatError:  # a diff that does not apply, or one that breaks the page
         pass
-    kept, anchored = _repair(base.render().split("\n"), lines)
+    page = base.render().split("\n")
+    kept, anchored = _repair(page, lines)
     try:
         return apply_diff(base, "\n".join(kept), strict=False), len(lines) - len(kept), anchored
     except StateFormatError as exc:
-        if not salvage:
-            raise ModelOutputError(f"the <diff> does not apply to the current page: {exc}") from exc
+        error = exc
+    placeable, anchored = _repair(page, lines, drop_orphans=True)
+    if placeable != kept:  # the additions that replaced (or followed) absent lines, dropped with them
+        try:
+            return apply_diff(base, "\n".join(placeable), strict=False), len(lines) - len(placeable), anchored
+        except StateFormatError:
+            pass
+    if not salvage:
+        raise ModelOutputError(f"the <diff> does not apply to the current page: {error}") from error
     placed: list[str] = []
     for line in kept:
         try:
@@ -150,29 +166,38 @@ def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[S
     return apply_diff(base, "\n".join(placed), strict=False), len(lines) - len(placed), anchored
 
 
-def _repair(page: list[str], lines: list[str]) -> tuple[list[str], int]:
+def _repair(page: list[str], lines: list[str], *, drop_orphans: bool = False) -> tuple[list[str], int]:
     """The diff with its removal and context lines that the page lacks read by element id, or dropped; and how
-    many were read by id. An addition of a re-read id takes the page's indentation of that element."""
+    many were read by id. An addition of a re-read id takes the page's indentation of that element.
+
+    ``drop_orphans`` also drops the additions whose nearest earlier removal or context line was dropped: they
+    replace, or follow, a line the page does not have, so they have no place on it."""
     present = set(page)
     by_id = {match.group(1): line for line in page if (match := _LEADING_ID.match(line))}
     kept: list[str] = []
     indents: dict[str, str] = {}
     anchored = 0
+    orphaned = False
     for line in lines:
         body = line[2:]
         match = _LEADING_ID.match(body)
         if line.startswith("+ "):
+            if drop_orphans and orphaned:
+                continue
             if match and match.group(1) in indents:
                 line = "+ " + indents[match.group(1)] + body.lstrip(" ")
             kept.append(line)
-        elif body in present:
+            continue
+        orphaned = False
+        if body in present:
             kept.append(line)
         elif match and match.group(1) in by_id:
             own = by_id[match.group(1)]
             indents[match.group(1)] = own[: len(own) - len(own.lstrip(" "))]
             kept.append(line[:2] + own)
             anchored += 1
-        # else: a line the page does not have carries no change to make
+        else:  # a line the page does not have carries no change to make
+            orphaned = True
     return kept, anchored
 
 

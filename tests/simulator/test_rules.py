@@ -144,3 +144,22 @@ async def test_simulated_env_selects_the_option_the_model_got_wrong() -> None:
     assert '  option "Rosa" [selected]' in result.observation.state.split("\n")
     assert '  option "Ida"' in result.observation.state.split("\n")
     assert result.info["rules"] == ["selected_option"] and env.stats.selected_option_rule == 1
+
+
+async def test_a_selection_written_onto_a_neighbours_options_is_made_by_the_rule_on_the_page_as_it_is() -> None:
+    """What the small models answer for a ``select``: the selection moved between the options of a list retrieved
+    from another page. Its lines name options this list lacks, so none can be placed: the page stands (no retry),
+    and the rule selects the option the action named."""
+    borrowed = (
+        '<diff>\n-   option "Theodora"\n+   option "Theodora" [selected]\n-   option "Theodora" [selected]\n'
+        '+   option "Theodora"\n</diff>\n<reward>0</reward>\n<done>no</done>'
+    )
+    backend = ScriptedBackend([borrowed])
+    model = LLMExperienceModel(backend, config=ExperienceModelConfig(template=TOY_TEMPLATE))
+    env = SimulatedEnv(model)
+    env.start_from(toy_form.TASK, Observation(state=LIST, goal="Select Rosa."))
+    result = await env.step(parse_action("select [e2] [Rosa]"))
+    assert result.observation.state == LIST.replace('"Ida" [selected]', '"Ida"').replace('"Rosa"', '"Rosa" [selected]')
+    assert (result.reward, result.terminated, result.truncated) == (0.0, False, False)
+    assert result.info["rules"] == ["selected_option"]
+    assert len(backend.calls) == 1 and model.stats.repaired_answers == 1 and model.stats.malformed_answers == 0

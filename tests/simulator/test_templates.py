@@ -212,6 +212,22 @@ def test_an_id_the_page_lacks_is_still_dropped_not_anchored() -> None:
     assert parsed.state.render().split("\n")[:2] == ['[e1] generic: Enter "t8FBY"', "text: hello"]
 
 
+def test_additions_replacing_absent_lines_are_dropped_with_them_only_where_the_diff_breaks_the_page() -> None:
+    # replacing lines the page lacks (at the top, an option line under nothing would break the page): all dropped
+    borrowed = '-   option "Theo"\n+   option "Theo" [selected]\n-   [e9] link "Nope"\n+   [e9] link "Yes"'
+    parsed = parse_answer(f"<diff>\n{borrowed}\n</diff><reward>0</reward><done>no</done>", NESTED)
+    assert (parsed.state, parsed.dropped_lines) == (parse_state(NESTED), 4)
+    # an addition after the next line the page has stands: the change it makes has a place
+    mixed = f"{borrowed}\n  [e2] paragraph\n+   text: hi"
+    parsed = parse_answer(f"<diff>\n{mixed}\n</diff><reward>0</reward><done>no</done>", NESTED)
+    assert parsed.state == parse_state(NESTED.replace("  text: Password", "  text: hi\n  text: Password"))
+    assert parsed.dropped_lines == 4
+    # where the diff applies as it is, an addition after an absent line is placed as before
+    placed = '- [e9] link "Nope"\n+ [e7] generic: new'
+    parsed = parse_answer(f"<diff>\n{placed}\n</diff><reward>0</reward><done>no</done>", NESTED)
+    assert parsed.state.render().split("\n")[0] == "[e7] generic: new" and parsed.dropped_lines == 1
+
+
 def test_huge_answers_are_refused_unread() -> None:
     with pytest.raises(ModelOutputError, match="characters"):
         parse_answer("<diff>" + "+ text: x\n" * (MAX_ANSWER_CHARS // 8), CURRENT)
