@@ -61,7 +61,8 @@ def main() -> int:
     }
     results["fidelity"] = anyio.run(_fidelity, args.source, model_dir)
     rows = []
-    for split, table in results["fidelity"].items():
+    for split in ("all", "page changed"):
+        table = results["fidelity"][split]
         metrics = ("reward_accuracy", "done_accuracy", "failures") if split == "all" else ("similarity", "f1")
         for metric in metrics:
             rows.append(report.emit(f"{metric} ({split})", table["after"][metric], "fraction" if metric != "failures"
