@@ -15,7 +15,7 @@ from dreamgym.core.progress import listening
 from dreamgym.simulator import ScratchModelConfig
 from dreamgym.trainer import WarmStartConfig, demonstrations, tiny_index_policy, warm_start
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang guard: the cloning tests take 148 s on a slow 2-core CPU
 
 SMALL = ScratchModelConfig(vocab_size=400, hidden_size=64, layers=2, heads=4, kv_heads=2, intermediate_size=128)
 
