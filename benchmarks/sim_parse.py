@@ -19,8 +19,9 @@ model retrieves from, and where its calls are cached) and the model directory
 The second pass reads most answers from the call cache the first one filled
 (the same calls), so it costs little. Printed: reward and termination
 accuracy on all steps, line similarity and element F1 where the real page
-changed, the predictions that failed, each against the parser as it was, and
-the two baselines' figures. ``--commit-results`` writes
+changed, the predictions that failed, each against the parser as it was;
+the results also hold the two baselines' figures, per-task tables and the
+model's call counts. ``--commit-results`` writes
 ``benchmarks/results/sim_parse.json`` with the date, the commit, the command
 and the model's digest.
 """

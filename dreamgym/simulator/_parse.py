@@ -146,7 +146,7 @@ def _apply(current: State | str, diff: str, *, salvage: bool = False) -> tuple[S
         return apply_diff(base, "\n".join(kept), strict=False), len(lines) - len(kept), anchored
     except StateFormatError as exc:
         error = exc
-    placeable, anchored = _repair(page, lines, drop_orphans=True)
+    placeable, _ = _repair(page, lines, drop_orphans=True)  # the same lines read by id: dropping adds none
     if placeable != kept:  # the additions that replaced (or followed) absent lines, dropped with them
         try:
             return apply_diff(base, "\n".join(placeable), strict=False), len(lines) - len(placeable), anchored
