@@ -6,8 +6,9 @@ early, the same task, seed and actions give different observations (an
 element missing, ids shifted), which breaks groups, retrieval and replayed
 actions. Every document of an episode's context gets :data:`SETTLE_SCRIPT`
 before its own scripts run; it counts the page's ``fetch`` and
-``XMLHttpRequest`` calls in flight and notes the time of the last DOM
-mutation. :func:`settle` then waits, inside the page, until nothing is in
+``XMLHttpRequest`` calls in flight (a fetch until the page has read its
+body: ``fetch`` resolves with the headers, and on a busy machine the body
+can come well after) and notes the time of the last DOM mutation. :func:`settle` then waits, inside the page, until nothing is in
 flight and nothing has changed for ``quiet_ms``, or until ``deadline_ms``
 (a page that never stops changing: the step's info says so).
 
@@ -32,18 +33,20 @@ SETTLE_SCRIPT = """
   const watch = () => new MutationObserver(() => { state.last = performance.now(); })
     .observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
   watch();
+  const track = (start) => {  // a promise in flight until it settles
+    state.inflight++;
+    let done = false;
+    const end = () => { if (!done) { done = true; state.inflight--; state.last = performance.now(); } };
+    try {
+      return start().then((value) => { end(); return value; }, (error) => { end(); throw error; });
+    } catch (error) { end(); throw error; }
+  };
   const fetch = window.fetch;
-  if (fetch) {
-    window.fetch = function (...args) {
-      state.inflight++;
-      let done = false;
-      const end = () => { if (!done) { done = true; state.inflight--; state.last = performance.now(); } };
-      try {
-        return fetch.apply(this, args).then(
-          (response) => { end(); return response; },
-          (error) => { end(); throw error; });
-      } catch (error) { end(); throw error; }
-    };
+  if (fetch) window.fetch = function (...args) { return track(() => fetch.apply(this, args)); };
+  // fetch resolves with the headers; the body comes later, and the page builds itself once it has read it
+  for (const name of ["json", "text", "arrayBuffer", "blob", "formData"]) {
+    const read = window.Response && Response.prototype[name];
+    if (read) Response.prototype[name] = function (...args) { return track(() => read.apply(this, args)); };
   }
   const send = XMLHttpRequest.prototype.send;
   XMLHttpRequest.prototype.send = function (...args) {

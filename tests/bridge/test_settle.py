@@ -40,6 +40,14 @@ function load(kind) {
 load("first");
 </script>"""
 
+SLOW_BODY = """<!doctype html><title>Slow body</title><ul id="rows"></ul>
+<script>
+fetch("/items?kind=first&body=slow").then((r) => r.json()).then((items) => {
+  for (const item of items) document.getElementById("rows").append(Object.assign(document.createElement("li"), {
+    textContent: item }));
+});
+</script>"""
+
 RESTLESS = """<!doctype html><title>Restless</title><p id="t">0</p>
 <script>let n = 0; setInterval(() => { document.getElementById("t").textContent = String(++n); }, 5);
 fetch("/hang");  // a long poll: a request always in flight</script>"""
@@ -54,11 +62,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             count = 3 if "first" in self.path else 6
             body, kind = json.dumps([f"order {n}" for n in range(count)]).encode(), "application/json"
         else:
-            body, kind = (LATE if self.path.startswith("/late") else RESTLESS).encode(), "text/html"  # /hang too
+            pages = {"/late": LATE, "/slow-body": SLOW_BODY}
+            body, kind = pages.get(self.path.split(".")[0], RESTLESS).encode(), "text/html"  # /hang too
         self.send_response(200)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if "body=slow" in self.path:  # the headers now (fetch resolves), the body later
+            self.wfile.flush()
+            time.sleep(0.3)
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
@@ -90,6 +102,15 @@ async def test_a_page_that_fetches_late_gives_the_same_observations_on_every_run
     assert "order 2" in runs[0][0]
     assert "order 5" in runs[0][1] and 'button "Shown"' in runs[0][1]
     assert all(run == runs[0] for run in runs)  # byte-identical, whatever the server's delay
+
+
+async def test_a_page_is_captured_after_it_has_read_the_body_of_a_response_whose_headers_came_first(
+    pool: BrowserPool, late_site: str
+) -> None:
+    env = BrowserEnv(pool)
+    first = await env.reset(generic_task("test/slow-body", f"{late_site}/slow-body.html", "Read the rows"), seed=0)
+    await env.aclose()
+    assert "order 2" in first.state  # fetch resolved 0.3 s before the rows could be built
 
 
 async def test_a_page_that_never_stops_changing_is_captured_at_its_settle_deadline(
