@@ -9,7 +9,8 @@ it measures, as JSON lines, each against a baseline from the same run:
 1. **examples**: built as before (every retrieval query embedded again)
    and as now (the store's own embeddings reused), each timed, each with its
    recipe's template; the tokens of an epoch of each; the share of no-op
-   examples before and after :func:`~dreamgym.jobs.sim_default.balance`;
+   examples before and after sampling them down (before: :func:`before_balance`,
+   frozen; now: :func:`~dreamgym.jobs.sim_default.balance`);
 2. **profile** (``--profile-steps`` optimizer steps each on the examples as
    before, the default model's size, a fresh model each): tokens per second
    of the same model's bare forward and backward on packed 8 × 512 batches
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import pickle
 import sys
@@ -173,7 +175,11 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     from dreamgym.simulator import build_sft_examples
 
     cached = out / "examples.pickle"  # built from the same stores every time: kept between runs of the script
-    templates = {"before": before_template().template_id, "after": candidate_template().template_id}
+    templates = {
+        "before": before_template().template_id,
+        "after": candidate_template().template_id,
+        "balance": BALANCE,  # the examples kept change with it
+    }
     if cached.exists():
         kept, figures = pickle.loads(cached.read_bytes())
         if figures.get("templates") == templates:
@@ -196,7 +202,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     differing = _differing_prompts(built["before"], built["after"])
     idle = no_op_answer()
     every = built["after"]
-    kept = {name: balance(examples) for name, examples in built.items()}
+    kept = {"before": before_balance(built["before"]), "after": balance(built["after"])}
     found = (
         kept,
         {
@@ -419,6 +425,25 @@ def before_training() -> Any:
                           activation_checkpointing=True)  # fmt: skip
 
 
+def before_balance(examples: list[Any], *, no_op_share: float = 0.2, seed: int = 0) -> list[Any]:
+    """The offline default's sampling of no-op examples (frozen here): every example that changes the page, ends
+    or earns reward, and a random sample of the no-ops, all tasks and actions together, to fill ``no_op_share``."""
+    import random
+
+    from dreamgym.jobs.sim_default import no_op_answer
+
+    no_op = no_op_answer()
+    idle = [e for e in examples if e.completion == no_op]
+    rest = [e for e in examples if e.completion != no_op]
+    keep = min(len(idle), int(no_op_share * len(rest) / (1 - no_op_share)))
+    return rest + random.Random(seed).sample(idle, keep)
+
+
+BALANCE = "contrast"
+"""Which ``balance`` the candidate's examples went through (a cache key): "contrast" keeps every no-op of an action
+that changes the page elsewhere on its task (:func:`~dreamgym.jobs.sim_default.balance`)."""
+
+
 def candidate_template() -> Any:
     """The faster candidate's prompt: the default's, system message included. Without it (``instructions=False``,
     a third fewer tokens) every build so far scored lower on reward where the page changed; the candidate's loop
@@ -479,7 +504,10 @@ def _builds(
     for name, config in configs.items():
         target = args.out / f"model-{name}"
         template = before_template() if name == "before" else candidate_template()
-        known = _recall(args.out, f"{name}_train_s")
+        # the examples are part of the recipe: a build on other examples (another balance) is not reused
+        kept = hashlib.sha256("\n".join(f"{e.episode_id}:{e.step_index}" for e in examples[name]).encode())
+        timing = f"{name}_train_s:{kept.hexdigest()[:16]}"
+        known = _recall(args.out, timing)
         # built by an earlier run of the same recipe: its time is kept beside it
         if known is not None and read_metadata(target).get("config") == as_recorded(config):
             train_s = known
@@ -487,7 +515,7 @@ def _builds(
             began = time.perf_counter()
             train_experience_model(examples[name], target, config, template=template)
             train_s = time.perf_counter() - began
-            _remember(args.out, f"{name}_train_s", round(train_s, 1))
+            _remember(args.out, timing, round(train_s, 1))
         meta = read_metadata(target)
         examples_s = ex["examples_before_s"] if name == "before" else ex["examples_s"]
         collect_s = data.get("train_before_collect_s" if name == "before" else "train_collect_s") or 0.0

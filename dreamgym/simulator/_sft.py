@@ -82,6 +82,9 @@ class SFTExample:
     step_index: int
     task_id: str
     seed: int | None
+    action_name: str = ""
+    """The step's action's name (``click``, ``scroll``, ``type``): :func:`~dreamgym.jobs.sim_default.balance`
+    samples the steps that change nothing by it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,6 +271,7 @@ async def build_sft_examples(
                         step_index=step.step_index,
                         task_id=step.task_id,
                         seed=step.seed,
+                        action_name=step.action.name,
                     )
                 )
                 phase.advance()

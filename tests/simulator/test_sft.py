@@ -50,6 +50,8 @@ async def test_one_example_per_real_step_with_neighbours_outside_its_episode_and
     assert (
         first.completion == "<diff>\n- [e2] textbox\n+ [e2] textbox: Ana\n</diff>\n<reward>0</reward>\n<done>no</done>"
     )
+    assert {e.action_name for e in examples if e.step_index == 0} == {"type"}  # what balance groups no-ops by
+    assert {e.action_name for e in examples if e.step_index == 1} == {"click"}
 
 
 async def test_held_out_pairs_and_episodes_give_no_examples(tmp_path: Path) -> None:
