@@ -44,7 +44,17 @@ Variants (loop, batches, template, epochs, precision):
   the shorter run);
 - ``plain-random-system-bf16``, ``plain-random-bare-bf16``: the loop (and
   the template), the passes in bfloat16 mixed precision on a CPU with
-  bfloat16 units (float32 elsewhere: the metadata's ``precision`` says).
+  bfloat16 units (float32 elsewhere: the metadata's ``precision`` says);
+- ``candidate``: ``sim_build.candidate_training`` (``plain-random-system-bf16``
+  with the system message run once per micro-batch), and
+  ``candidate-contrast``, the same with every no-op of an action that
+  changes the page elsewhere on its task kept (:func:`dreamgym.jobs.sim_default.balance`
+  since 2026-12-04) instead of a random sample of all no-ops
+  (``sim_build.before_balance``, every other variant): the same number of
+  examples, other no-ops.
+
+The examples are built from ``--out``'s "train" store with the default's
+template (the first run caches them there, all of them, before sampling).
 
 ``--commit-results`` adds the variants run to ``benchmarks/results/sim_ablation.json``
 (each with its own date, commit and command), keeping the others there.
@@ -62,21 +72,25 @@ from typing import Any
 
 import anyio
 from _report import provenance
-from sim_build import _fidelity, as_recorded, before_template, before_training
+from sim_build import _fidelity, as_recorded, before_balance, before_template, before_training
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
 VARIANTS = {
-    "trl-random-system": ("trl", False, "system", 2.0, "auto"),
-    "plain-random-system": ("plain", False, "system", 2.0, "auto"),
-    "plain-grouped-system": ("plain", True, "system", 2.0, "auto"),
-    "plain-random-bare": ("plain", False, "bare", 2.0, "auto"),
-    "plain-grouped-bare": ("plain", True, "bare", 2.0, "auto"),
-    "plain-random-bare-e1": ("plain", False, "bare", 1.0, "auto"),
-    "plain-random-bare-e1.5": ("plain", False, "bare", 1.5, "auto"),
-    "plain-random-system-bf16": ("plain", False, "system", 2.0, "bfloat16"),
-    "plain-random-bare-bf16": ("plain", False, "bare", 2.0, "bfloat16"),
+    "trl-random-system": ("trl", False, "system", 2.0, "auto", False, "random"),
+    "plain-random-system": ("plain", False, "system", 2.0, "auto", False, "random"),
+    "plain-grouped-system": ("plain", True, "system", 2.0, "auto", False, "random"),
+    "plain-random-bare": ("plain", False, "bare", 2.0, "auto", False, "random"),
+    "plain-grouped-bare": ("plain", True, "bare", 2.0, "auto", False, "random"),
+    "plain-random-bare-e1": ("plain", False, "bare", 1.0, "auto", False, "random"),
+    "plain-random-bare-e1.5": ("plain", False, "bare", 1.5, "auto", False, "random"),
+    "plain-random-system-bf16": ("plain", False, "system", 2.0, "bfloat16", False, "random"),
+    "plain-random-bare-bf16": ("plain", False, "bare", 2.0, "bfloat16", False, "random"),
+    "candidate": ("plain", False, "system", 2.0, "bfloat16", True, "random"),
+    "candidate-contrast": ("plain", False, "system", 2.0, "bfloat16", True, "contrast"),
 }
+"""Each variant's loop, length-grouped batches, template, epochs, precision, system message run once per
+micro-batch (``share_prefix``: the same gradients), and sampling of the no-op examples."""
 
 
 def main() -> int:
@@ -89,10 +103,11 @@ def main() -> int:
     unknown = sorted(set(chosen) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {unknown}; choose among {list(VARIANTS)}")
-    cached = args.out / "examples.pickle"
-    if not cached.exists():
-        parser.error(f"no examples at {cached}: run benchmarks/sim_build.py --profile-only --out {args.out} first")
-    examples, _ = pickle.loads(cached.read_bytes())
+    if not (args.out / "train").exists():
+        parser.error(
+            f"no store at {args.out / 'train'}: run benchmarks/sim_build.py --profile-only --out {args.out} first"
+        )
+    examples = anyio.run(_all_examples, args.out)
     run = provenance()
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results["note"] = "fidelity and training loss only: the trainings may share the machine, so no timings"
@@ -130,27 +145,50 @@ def _without_system_message(examples: list[Any]) -> list[Any]:
     ]
 
 
-def _train(out: Path, name: str, examples: dict[str, list[Any]]) -> tuple[Path, dict[str, Any]]:
-    """The variant's model directory (trained here unless this script trained it before) and its figures."""
-    from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
+async def _all_examples(out: Path) -> list[Any]:
+    """Every example of ``out``'s "train" store (the store collected with today's embedder, which ``_fidelity``
+    retrieves from) with the default's template, the held-out pairs left out; none sampled away. Cached."""
+    from dreamgym.jobs.sim_default import DEFAULT_TASKS, HELD_OUT_SEEDS
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.simulator import build_sft_examples
 
-    loop, grouped, template_kind, epochs, dtype = VARIANTS[name]
-    config = dataclasses.replace(before_training(), loop=loop, group_by_length=grouped, epochs=epochs, dtype=dtype)
+    cached = out / "examples_all.pickle"
+    if cached.exists():
+        return list(pickle.loads(cached.read_bytes()))
+    held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
+    async with LmdbReplayStore(out / "train") as store:
+        built = await build_sft_examples(store, before_template(), exclude_task_seeds=held_out)
+    cached.write_bytes(pickle.dumps(built))
+    return built
+
+
+def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, Any]]:
+    """The variant's model directory (trained here unless this script trained it before) and its figures."""
+    from dreamgym.jobs.sim_default import balance
+    from dreamgym.simulator import examples_digest, read_metadata, train_experience_model, weights_digest
+
+    loop, grouped, template_kind, epochs, dtype, share_prefix, sampling = VARIANTS[name]
+    config = dataclasses.replace(
+        before_training(), loop=loop, group_by_length=grouped, epochs=epochs, dtype=dtype, share_prefix=share_prefix
+    )
     template = before_template() if template_kind == "system" else bare_template()
     target = out / f"model-{name}"
-    wanted = as_recorded(config)
-    if read_metadata(target).get("config") != wanted:
-        # "after": built from the store sim_build.py collected with today's embedder, which _fidelity retrieves from
-        chosen = examples["after"] if template_kind == "system" else _without_system_message(examples["after"])
+    kept = balance(examples) if sampling == "contrast" else before_balance(examples)
+    chosen = kept if template_kind == "system" else _without_system_message(kept)
+    meta = read_metadata(target)
+    if meta.get("config") != as_recorded(config) or meta.get("examples_digest") != examples_digest(chosen):
         train_experience_model(chosen, target, config, template=template)
     meta = read_metadata(target)
     return target, {
         "loop": loop,
         "grouped": grouped,
+        "share_prefix": share_prefix,
+        "no_ops": sampling,
         "epochs": epochs,
         "precision": meta.get("precision", "float32"),
         "template": template.template_id,
         "digest": weights_digest(target),
+        "examples_digest": meta.get("examples_digest"),
         "train_loss": meta.get("train_loss"),
         "examples": meta.get("examples"),
     }

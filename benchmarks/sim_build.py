@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import pickle
 import sys
@@ -493,7 +492,7 @@ def _builds(
 ) -> dict[str, Any]:
     """Train the default as before and as now, each on its own examples; the build time adds collection and
     example building."""
-    from dreamgym.simulator import read_metadata, train_experience_model, weights_digest
+    from dreamgym.simulator import examples_digest, read_metadata, train_experience_model, weights_digest
 
     configs = (
         {"after": candidate_training()}
@@ -504,18 +503,20 @@ def _builds(
     for name, config in configs.items():
         target = args.out / f"model-{name}"
         template = before_template() if name == "before" else candidate_template()
-        # the examples are part of the recipe: a build on other examples (another balance) is not reused
-        kept = hashlib.sha256("\n".join(f"{e.episode_id}:{e.step_index}" for e in examples[name]).encode())
-        timing = f"{name}_train_s:{kept.hexdigest()[:16]}"
-        known = _recall(args.out, timing)
-        # built by an earlier run of the same recipe: its time is kept beside it
-        if known is not None and read_metadata(target).get("config") == as_recorded(config):
+        known = _recall(args.out, f"{name}_train_s")
+        meta = read_metadata(target)
+        # built by an earlier run of the same recipe on the same examples: its time is kept beside it
+        if (
+            known is not None
+            and meta.get("config") == as_recorded(config)
+            and meta.get("examples_digest") == examples_digest(examples[name])
+        ):
             train_s = known
         else:
             began = time.perf_counter()
             train_experience_model(examples[name], target, config, template=template)
             train_s = time.perf_counter() - began
-            _remember(args.out, timing, round(train_s, 1))
+            _remember(args.out, f"{name}_train_s", round(train_s, 1))
         meta = read_metadata(target)
         examples_s = ex["examples_before_s"] if name == "before" else ex["examples_s"]
         collect_s = data.get("train_before_collect_s" if name == "before" else "train_collect_s") or 0.0

@@ -24,6 +24,7 @@ way the result is a directory that :meth:`LocalBackend.load` reads, with
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -51,6 +52,7 @@ __all__ = [
     "SimTrainConfig",
     "annotate_reasoning",
     "build_sft_examples",
+    "examples_digest",
     "read_metadata",
     "real_episodes",
     "train_experience_model",
@@ -387,8 +389,8 @@ def train_experience_model(
     ``SFTTrainer``. Writes a directory that
     :meth:`~dreamgym.simulator.LocalBackend.load` reads, and
     ``dreamgym_model.json`` with the base, the template id, whether it was
-    trained with reasoning, the example count, the training figures and
-    ``extra_metadata``.
+    trained with reasoning, the example count and :func:`examples_digest`,
+    the training figures and ``extra_metadata``.
 
     Raises:
         ConfigError: No examples, or none fits ``max_length``.
@@ -417,6 +419,7 @@ def train_experience_model(
         "template": asdict(template),
         "trained_with_reasoning": template.reasoning,
         "examples": kept,
+        "examples_digest": examples_digest(examples),
         "dropped_too_long": dropped,
         "episodes": len({e.episode_id for e in examples}),
         "tasks": sorted({e.task_id for e in examples}),
@@ -428,6 +431,17 @@ def train_experience_model(
     (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
     _remove_tree(out / "_trainer")
     return out
+
+
+def examples_digest(examples: Sequence[SFTExample]) -> str:
+    """SHA-256 of the examples' prompts and answers, in order: which data trained a model (the same examples give
+    the same digest on every machine; a changed sampling or template, another)."""
+    digest = hashlib.sha256()
+    for example in examples:
+        for message in example.messages:
+            digest.update(f"{message.role}\0{message.content}\0".encode())
+        digest.update(f"{example.completion}\1".encode())
+    return digest.hexdigest()
 
 
 def _lora_config(config: SimTrainConfig) -> Any:

@@ -24,6 +24,7 @@ from dreamgym.simulator._sft import (
     SimTrainConfig,
     annotate_reasoning,
     build_sft_examples,
+    examples_digest,
     read_metadata,
     scratch_model,
     train_experience_model,
@@ -106,6 +107,8 @@ async def test_training_from_scratch_writes_a_loadable_model_with_its_recipe(tmp
     meta = read_metadata(out)
     assert meta["template_id"] == TOY_TEMPLATE.template_id and meta["trained_with_reasoning"] is False
     assert meta["examples"] == 8 and meta["base"] == "scratch" and meta["recipe"] == "test"
+    assert meta["examples_digest"] == examples_digest(examples)  # which data trained it
+    assert examples_digest(examples[1:]) != meta["examples_digest"] != examples_digest(examples[::-1])
     assert not (out / "_trainer").exists()
     backend = LocalBackend.load(out)
     completion = await backend.complete(TOY_TEMPLATE.messages(_query()), Sampling(max_new_tokens=8))
