@@ -49,7 +49,7 @@ Variants (loop, batches, template, epochs, precision):
   with the system message run once per micro-batch), and
   ``candidate-contrast``, the same with every no-op of an action that
   changes the page elsewhere on its task kept (:func:`dreamgym.jobs.sim_default.balance`
-  since 2026-12-04) instead of a random sample of all no-ops
+  with ``contrast=True``) instead of a random sample of all no-ops
   (``sim_build.before_balance``, every other variant): the same number of
   examples, other no-ops.
 
@@ -169,11 +169,17 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
 
     loop, grouped, template_kind, epochs, dtype, share_prefix, sampling = VARIANTS[name]
     config = dataclasses.replace(
-        before_training(), loop=loop, group_by_length=grouped, epochs=epochs, dtype=dtype, share_prefix=share_prefix
+        before_training(),
+        loop=loop,
+        group_by_length=grouped,
+        epochs=epochs,
+        dtype=dtype,
+        share_prefix=share_prefix,
+        activation_checkpointing=False,  # the same weights, less compute (sim_build.SAME_WEIGHTS); on before 2026-12-04
     )
     template = before_template() if template_kind == "system" else bare_template()
     target = out / f"model-{name}"
-    kept = balance(examples) if sampling == "contrast" else before_balance(examples)
+    kept = balance(examples, contrast=True) if sampling == "contrast" else before_balance(examples)
     chosen = kept if template_kind == "system" else _without_system_message(kept)
     meta = read_metadata(target)
     if meta.get("config") != as_recorded(config) or meta.get("examples_digest") != examples_digest(chosen):

@@ -10,7 +10,8 @@ it measures, as JSON lines, each against a baseline from the same run:
    and as now (the store's own embeddings reused), each timed, each with its
    recipe's template; the tokens of an epoch of each; the share of no-op
    examples before and after sampling them down (before: :func:`before_balance`,
-   frozen; now: :func:`~dreamgym.jobs.sim_default.balance`);
+   frozen; the candidate: :func:`~dreamgym.jobs.sim_default.balance` with
+   :data:`CONTRAST`);
 2. **profile** (``--profile-steps`` optimizer steps each on the examples as
    before, the default model's size, a fresh model each): tokens per second
    of the same model's bare forward and backward on packed 8 × 512 batches
@@ -177,7 +178,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     templates = {
         "before": before_template().template_id,
         "after": candidate_template().template_id,
-        "balance": BALANCE,  # the examples kept change with it
+        "contrast": CONTRAST,  # the examples kept change with it
     }
     if cached.exists():
         kept, figures = pickle.loads(cached.read_bytes())
@@ -201,7 +202,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     differing = _differing_prompts(built["before"], built["after"])
     idle = no_op_answer()
     every = built["after"]
-    kept = {"before": before_balance(built["before"]), "after": balance(built["after"])}
+    kept = {"before": before_balance(built["before"]), "after": balance(built["after"], contrast=CONTRAST)}
     found = (
         kept,
         {
@@ -438,9 +439,9 @@ def before_balance(examples: list[Any], *, no_op_share: float = 0.2, seed: int =
     return rest + random.Random(seed).sample(idle, keep)
 
 
-BALANCE = "contrast"
-"""Which ``balance`` the candidate's examples went through (a cache key): "contrast" keeps every no-op of an action
-that changes the page elsewhere on its task (:func:`~dreamgym.jobs.sim_default.balance`)."""
+CONTRAST = True
+"""The candidate's no-op examples: every no-op of an action that changes the page elsewhere on its task, and a random
+sample of the rest (``balance(contrast=True)``), where the default's recipe samples all no-ops alike."""
 
 
 def candidate_template() -> Any:
@@ -474,7 +475,15 @@ def default_build(builds: dict[str, Any]) -> str | None:
         return {key: value for key, value in config.items() if key not in SAME_WEIGHTS}
 
     wanted, defaults = recipe(as_recorded(DEFAULT_TRAINING)), as_recorded(SimTrainConfig())
-    return next((name for name, build in builds.items() if recipe({**defaults, **build["config"]}) == wanted), None)
+    return next(
+        (
+            name
+            for name, build in builds.items()
+            # the default samples its no-ops alike (``balance``'s default; builds recorded before the field did)
+            if recipe({**defaults, **build["config"]}) == wanted and not build.get("contrast", False)
+        ),
+        None,
+    )
 
 
 SAME_WEIGHTS = ("activation_checkpointing",)
@@ -525,6 +534,7 @@ def _builds(
             "model": str(target),
             "digest": weights_digest(target),
             "config": dataclasses.asdict(config),
+            "contrast": name != "before" and CONTRAST,  # how its no-op examples were sampled
             "collect_s": collect_s,
             "examples_s": examples_s,
             "train_s": round(train_s, 1),

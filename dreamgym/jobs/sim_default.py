@@ -226,31 +226,33 @@ async def train_on_store(
 
 NO_OP_SHARE = 0.2
 """Most of a random explorer's steps change nothing (a scroll on a page that does not scroll); the share of examples
-kept for them (more where the informative ones alone are more, :func:`balance`)."""
+kept for them (more where, with ``contrast``, the informative ones alone are more: :func:`balance`)."""
 
 
-def balance(examples: list[SFTExample], *, no_op_share: float = NO_OP_SHARE, seed: int = 0) -> list[SFTExample]:
+def balance(
+    examples: list[SFTExample], *, no_op_share: float = NO_OP_SHARE, seed: int = 0, contrast: bool = False
+) -> list[SFTExample]:
     """Keep every example whose step changes the page, ends the episode or earns reward; sample the no-ops.
 
     Training cost on 2 cores is set by tokens, and thousands of near-identical
-    "nothing happened" examples teach little that a few hundred do not. But a
-    no-op of an action that on the same task does change the page elsewhere
-    (clicking ONE before TWO in click-button-sequence, a click on an option's
-    label, typing into a field that ignores it) is the contrast the model
-    must learn — without it, it answers the way the action's other examples
-    end — so every such no-op is kept (grouped by task and action name), and
-    the rest (scrolls, mostly) are sampled to fill ``no_op_share`` of the
-    examples. Where the kept ones alone exceed the share, none of the rest is
-    added.
+    "nothing happened" examples teach little that a few hundred do not. By
+    default the no-ops are a random sample, all tasks and actions together,
+    of ``no_op_share`` of the examples (the offline default's and the demo's
+    recipe). With ``contrast``, a no-op of an action that on the same task
+    changes the page elsewhere (clicking ONE before TWO in
+    click-button-sequence, typing into a field that ignores it) is always
+    kept — it is the contrast the model must learn, or it answers the way the
+    action's other examples end — grouped by task and action name, and the
+    rest (scrolls, mostly) are sampled to fill the share; where the kept ones
+    alone exceed it, none of the rest is added.
     """
     no_op = no_op_answer()
-    acting = {(e.task_id, e.action_name) for e in examples if e.completion != no_op}
+    acting = {(e.task_id, e.action_name) for e in examples if e.completion != no_op} if contrast else set()
     rest = [e for e in examples if e.completion != no_op]
-    contrast = [e for e in examples if e.completion == no_op and (e.task_id, e.action_name) in acting]
+    kept = [e for e in examples if e.completion == no_op and (e.task_id, e.action_name) in acting]
     others = [e for e in examples if e.completion == no_op and (e.task_id, e.action_name) not in acting]
     budget = int(no_op_share * len(rest) / (1 - no_op_share))
-    keep = max(0, min(len(others), budget - len(contrast)))
-    return rest + contrast + random.Random(seed).sample(others, keep)
+    return rest + kept + random.Random(seed).sample(others, max(0, min(len(others), budget - len(kept))))
 
 
 def no_op_answer() -> str:

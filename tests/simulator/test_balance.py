@@ -42,7 +42,7 @@ def ids(kept: list[SFTExample], task: str, action: str, *, no_op: bool) -> set[s
 
 
 def test_every_no_op_of_an_action_that_changes_the_page_on_its_task_is_kept_and_the_rest_fill_the_share() -> None:
-    kept = balance(corpus(), no_op_share=0.5)
+    kept = balance(corpus(), no_op_share=0.5, contrast=True)
     assert len({e.episode_id for e in kept}) == len(kept)  # nothing twice
     assert len(ids(kept, "a", "click", no_op=False)) == 10 and len(ids(kept, "b", "type", no_op=False)) == 10
     assert len(ids(kept, "a", "click", no_op=True)) == 6  # clicking ONE before TWO: all of them
@@ -54,17 +54,27 @@ def test_every_no_op_of_an_action_that_changes_the_page_on_its_task_is_kept_and_
         | ids(kept, "b", "click", no_op=True)
     )
     assert len(sampled) == 14
-    assert balance(corpus(), no_op_share=0.5) == kept  # the same sample on every build
-    assert balance(corpus(), no_op_share=0.5, seed=1) != kept
+    assert balance(corpus(), no_op_share=0.5, contrast=True) == kept  # the same sample on every build
+    assert balance(corpus(), no_op_share=0.5, seed=1, contrast=True) != kept
 
 
 def test_where_the_contrasting_no_ops_alone_exceed_the_share_they_are_all_kept_and_nothing_else() -> None:
-    kept = balance(corpus(), no_op_share=0.2)  # room for 5 no-ops beside 20 changes; 6 contrast
+    kept = balance(corpus(), no_op_share=0.2, contrast=True)  # room for 5 no-ops beside 20 changes; 6 contrast
     idle = [e for e in kept if e.completion == no_op_answer()]
     assert len(idle) == 6 and ids(kept, "a", "click", no_op=True) == {e.episode_id for e in idle}
     assert len(kept) == 26
 
 
+def test_by_default_every_no_op_is_drawn_alike_to_fill_the_share() -> None:
+    kept = balance(corpus(), no_op_share=0.5)
+    idle = [e for e in kept if e.completion == no_op_answer()]
+    assert len(idle) == 20 and len({e.episode_id for e in kept}) == len(kept)
+    draws = [balance(corpus(), no_op_share=0.5, seed=seed) for seed in range(40)]
+    contrasting = [len(ids(draw, "a", "click", no_op=True)) for draw in draws]
+    assert min(contrasting) < 6  # a random share of them, as the offline default's recipe was trained
+    assert sum(contrasting) / len(contrasting) < 3  # 20 of 81 no-ops drawn: about 1.5 of the 6 on average
+
+
 def test_without_no_ops_nothing_is_sampled() -> None:
     changing = examples("a", "click", 4, no_op=False)
-    assert balance(changing) == changing
+    assert balance(changing) == changing == balance(changing, contrast=True)
