@@ -51,7 +51,8 @@ Variants (loop, batches, template, epochs, precision):
   changes the page elsewhere on its task kept (:func:`dreamgym.jobs.sim_default.balance`
   with ``contrast=True``) instead of a random sample of all no-ops
   (``sim_build.before_balance``, every other variant): the same number of
-  examples, other no-ops.
+  examples, other no-ops; ``candidate-contrast-0.1``, the same with a
+  tenth of the examples no-ops instead of a fifth (a sixth fewer tokens).
 
 The examples are built from ``--out``'s "train" store with the default's
 template (the first run caches them there, all of them, before sampling).
@@ -68,7 +69,7 @@ import json
 import pickle
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 from _report import provenance
@@ -76,21 +77,38 @@ from sim_build import _fidelity, as_recorded, before_balance, before_template, b
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
+
+
+class Variant(NamedTuple):
+    loop: str
+    grouped: bool
+    template: str
+    """"system" (the default's) or "bare" (without the system message)"""
+    epochs: float = 2.0
+    dtype: str = "auto"
+    share_prefix: bool = False
+    """the system message run once per micro-batch: the same gradients"""
+    no_ops: str = "random"
+    """"random": ``sim_build.before_balance``; "contrast": ``balance(contrast=True)``"""
+    no_op_share: float = 0.2
+
+
 VARIANTS = {
-    "trl-random-system": ("trl", False, "system", 2.0, "auto", False, "random"),
-    "plain-random-system": ("plain", False, "system", 2.0, "auto", False, "random"),
-    "plain-grouped-system": ("plain", True, "system", 2.0, "auto", False, "random"),
-    "plain-random-bare": ("plain", False, "bare", 2.0, "auto", False, "random"),
-    "plain-grouped-bare": ("plain", True, "bare", 2.0, "auto", False, "random"),
-    "plain-random-bare-e1": ("plain", False, "bare", 1.0, "auto", False, "random"),
-    "plain-random-bare-e1.5": ("plain", False, "bare", 1.5, "auto", False, "random"),
-    "plain-random-system-bf16": ("plain", False, "system", 2.0, "bfloat16", False, "random"),
-    "plain-random-bare-bf16": ("plain", False, "bare", 2.0, "bfloat16", False, "random"),
-    "candidate": ("plain", False, "system", 2.0, "bfloat16", True, "random"),
-    "candidate-contrast": ("plain", False, "system", 2.0, "bfloat16", True, "contrast"),
+    "trl-random-system": Variant("trl", False, "system"),
+    "plain-random-system": Variant("plain", False, "system"),
+    "plain-grouped-system": Variant("plain", True, "system"),
+    "plain-random-bare": Variant("plain", False, "bare"),
+    "plain-grouped-bare": Variant("plain", True, "bare"),
+    "plain-random-bare-e1": Variant("plain", False, "bare", epochs=1.0),
+    "plain-random-bare-e1.5": Variant("plain", False, "bare", epochs=1.5),
+    "plain-random-system-bf16": Variant("plain", False, "system", dtype="bfloat16"),
+    "plain-random-bare-bf16": Variant("plain", False, "bare", dtype="bfloat16"),
+    "candidate": Variant("plain", False, "system", dtype="bfloat16", share_prefix=True),
+    "candidate-contrast": Variant("plain", False, "system", dtype="bfloat16", share_prefix=True, no_ops="contrast"),
+    "candidate-contrast-0.1": Variant(
+        "plain", False, "system", dtype="bfloat16", share_prefix=True, no_ops="contrast", no_op_share=0.1
+    ),
 }
-"""Each variant's loop, length-grouped batches, template, epochs, precision, system message run once per
-micro-batch (``share_prefix``: the same gradients), and sampling of the no-op examples."""
 
 
 def main() -> int:
@@ -167,30 +185,35 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
     from dreamgym.jobs.sim_default import balance
     from dreamgym.simulator import examples_digest, read_metadata, train_experience_model, weights_digest
 
-    loop, grouped, template_kind, epochs, dtype, share_prefix, sampling = VARIANTS[name]
+    variant = VARIANTS[name]
     config = dataclasses.replace(
         before_training(),
-        loop=loop,
-        group_by_length=grouped,
-        epochs=epochs,
-        dtype=dtype,
-        share_prefix=share_prefix,
+        loop=variant.loop,
+        group_by_length=variant.grouped,
+        epochs=variant.epochs,
+        dtype=variant.dtype,
+        share_prefix=variant.share_prefix,
         activation_checkpointing=False,  # the same weights, less compute (sim_build.SAME_WEIGHTS); on before 2026-12-04
     )
-    template = before_template() if template_kind == "system" else bare_template()
+    template = before_template() if variant.template == "system" else bare_template()
     target = out / f"model-{name}"
-    kept = balance(examples, contrast=True) if sampling == "contrast" else before_balance(examples)
-    chosen = kept if template_kind == "system" else _without_system_message(kept)
+    share = variant.no_op_share
+    if variant.no_ops == "contrast":
+        kept = balance(examples, no_op_share=share, contrast=True)
+    else:
+        kept = before_balance(examples, no_op_share=share)
+    chosen = kept if variant.template == "system" else _without_system_message(kept)
     meta = read_metadata(target)
     if meta.get("config") != as_recorded(config) or meta.get("examples_digest") != examples_digest(chosen):
         train_experience_model(chosen, target, config, template=template)
     meta = read_metadata(target)
     return target, {
-        "loop": loop,
-        "grouped": grouped,
-        "share_prefix": share_prefix,
-        "no_ops": sampling,
-        "epochs": epochs,
+        "loop": variant.loop,
+        "grouped": variant.grouped,
+        "share_prefix": variant.share_prefix,
+        "no_ops": variant.no_ops,
+        "no_op_share": share,
+        "epochs": variant.epochs,
         "precision": meta.get("precision", "float32"),
         "template": template.template_id,
         "digest": weights_digest(target),
