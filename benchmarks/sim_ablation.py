@@ -52,7 +52,9 @@ Variants (loop, batches, template, epochs, precision):
   with ``contrast=True``) instead of a random sample of all no-ops
   (``sim_build.before_balance``, every other variant): the same number of
   examples, other no-ops; ``candidate-contrast-0.1``, the same with a
-  tenth of the examples no-ops instead of a fifth (a sixth fewer tokens).
+  tenth of the examples no-ops instead of a fifth (a ninth fewer examples);
+  ``candidate-outcome-3``, the candidate with the answer's reward and end
+  weighed three times its page (``SimTrainConfig.outcome_weight``).
 
 The examples are built from ``--out``'s "train" store with the default's
 template (the first run caches them there, all of them, before sampling).
@@ -91,6 +93,8 @@ class Variant(NamedTuple):
     no_ops: str = "random"
     """"random": ``sim_build.before_balance``; "contrast": ``balance(contrast=True)``"""
     no_op_share: float = 0.2
+    outcome_weight: float = 1.0
+    """the answer's reward and end weighed this many times its page's tokens (``SimTrainConfig.outcome_weight``)"""
 
 
 VARIANTS = {
@@ -108,6 +112,7 @@ VARIANTS = {
     "candidate-contrast-0.1": Variant(
         "plain", False, "system", dtype="bfloat16", share_prefix=True, no_ops="contrast", no_op_share=0.1
     ),
+    "candidate-outcome-3": Variant("plain", False, "system", dtype="bfloat16", share_prefix=True, outcome_weight=3.0),
 }
 
 
@@ -143,9 +148,9 @@ def main() -> int:
         figures = {split: {k: row["fidelity"][split][k] for k in ("reward_accuracy", "done_accuracy", "similarity",
                    "f1", "failures")} for split in row["fidelity"]}  # fmt: skip
         print(json.dumps({"variant": name, "train_loss": row["train_loss"], **figures}), flush=True)
-    if args.commit_results:
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"wrote {RESULTS}", file=sys.stderr)
+        if args.commit_results:  # after each variant: a run cut short keeps what it measured
+            RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+            print(f"wrote {RESULTS} ({name})", file=sys.stderr)
     return 0
 
 
@@ -202,6 +207,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         epochs=variant.epochs,
         dtype=variant.dtype,
         share_prefix=variant.share_prefix,
+        outcome_weight=variant.outcome_weight,
         activation_checkpointing=False,  # the same weights, less compute (sim_build.SAME_WEIGHTS); on before 2026-12-04
     )
     template = before_template() if variant.template == "system" else bare_template()
@@ -222,6 +228,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         "share_prefix": variant.share_prefix,
         "no_ops": variant.no_ops,
         "no_op_share": share,
+        "outcome_weight": variant.outcome_weight,
         "epochs": variant.epochs,
         "precision": meta.get("precision", "float32"),
         "template": template.template_id,
