@@ -195,7 +195,9 @@ def _same_weights(recorded: dict[str, Any] | None, config: Any) -> bool:
 
 
 def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, Any]]:
-    """The variant's model directory (trained here unless this script trained it before) and its figures."""
+    """The variant's model directory and its figures. A model already in ``out`` under the variant's name is scored
+    again, not retrained, where its metadata records the variant's training config (but for settings that change only
+    the time) and the digest of the variant's examples: one ``sim_build.py`` trained, copied there, is kept too."""
     from dreamgym.jobs.sim_default import balance
     from dreamgym.simulator import examples_digest, read_metadata, train_experience_model, weights_digest
 

@@ -439,9 +439,11 @@ def before_balance(examples: list[Any], *, no_op_share: float = 0.2, seed: int =
     return rest + random.Random(seed).sample(idle, keep)
 
 
-CONTRAST = True
-"""The candidate's no-op examples: every no-op of an action that changes the page elsewhere on its task, and a random
-sample of the rest (``balance(contrast=True)``), where the default's recipe samples all no-ops alike."""
+CONTRAST = False
+"""Whether the candidate keeps every no-op of an action that changes the page elsewhere on its task
+(``balance(contrast=True)``) instead of sampling all no-ops alike, as the default does. One build each on the same
+steps, it fixed none of the termination errors it was for and scored lower on reward and the changed pages
+(``benchmarks/results/sim_ablation.json``: ``candidate`` against ``candidate-contrast``), so it is off."""
 
 
 def candidate_template() -> Any:
