@@ -8,7 +8,9 @@ actions. Every document of an episode's context gets :data:`SETTLE_SCRIPT`
 before its own scripts run; it counts the page's ``fetch`` and
 ``XMLHttpRequest`` calls in flight (a fetch until the page has read its
 body: ``fetch`` resolves with the headers, and on a busy machine the body
-can come well after) and notes the time of the last DOM mutation.
+can come well after; a body that never ends, read whole, keeps it in
+flight to the deadline, as a long poll does) and notes the time of the last
+DOM mutation.
 :func:`settle` then waits, inside the page, until nothing is in flight and
 nothing has changed for ``quiet_ms``, or until ``deadline_ms``
 (a page that never stops changing: the step's info says so).
