@@ -75,7 +75,7 @@ from typing import Any, NamedTuple
 
 import anyio
 from _report import provenance
-from sim_build import SAME_WEIGHTS, _fidelity, as_recorded, before_balance, before_template, before_training
+from sim_build import _fidelity, before_balance, before_template, before_training, same_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_ablation.json"
@@ -185,15 +185,6 @@ async def _all_examples(out: Path) -> list[Any]:
     return built
 
 
-def _same_weights(recorded: dict[str, Any] | None, config: Any) -> bool:
-    """Whether a model trained with the ``recorded`` config has the weights ``config`` trains: the same settings but
-    those that change only the time (``sim_build.SAME_WEIGHTS``)."""
-    if recorded is None:
-        return False
-    wanted = as_recorded(config)
-    return all(recorded.get(key) == value for key, value in wanted.items() if key not in SAME_WEIGHTS)
-
-
 def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, Any]]:
     """The variant's model directory and its figures. A model already in ``out`` under the variant's name is scored
     again, not retrained, where its metadata records the variant's training config (but for settings that change only
@@ -221,7 +212,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         kept = before_balance(examples, no_op_share=share)
     chosen = kept if variant.template == "system" else _without_system_message(kept)
     meta = read_metadata(target)
-    if not _same_weights(meta.get("config"), config) or meta.get("examples_digest") != examples_digest(chosen):
+    if not same_weights(meta.get("config"), config) or meta.get("examples_digest") != examples_digest(chosen):
         train_experience_model(chosen, target, config, template=template)
     meta = read_metadata(target)
     return target, {

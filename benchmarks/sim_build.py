@@ -471,21 +471,31 @@ def default_build(builds: dict[str, Any]) -> str | None:
     Settings that change only the speed, never the weights (:data:`SAME_WEIGHTS`), are not compared: such a
     build is the default's model, though the default may now build faster than it did."""
     from dreamgym.jobs.sim_default import DEFAULT_TRAINING
-    from dreamgym.simulator import SimTrainConfig
 
-    def recipe(config: dict[str, Any]) -> dict[str, Any]:
-        return {key: value for key, value in config.items() if key not in SAME_WEIGHTS}
-
-    wanted, defaults = recipe(as_recorded(DEFAULT_TRAINING)), as_recorded(SimTrainConfig())
     return next(
         (
             name
             for name, build in builds.items()
             # the default samples its no-ops alike (``balance``'s default; builds recorded before the field did)
-            if recipe({**defaults, **build["config"]}) == wanted and not build.get("contrast", False)
+            if same_weights(build["config"], DEFAULT_TRAINING) and not build.get("contrast", False)
         ),
         None,
     )
+
+
+def same_weights(recorded: dict[str, Any] | None, config: Any) -> bool:
+    """Whether a model trained with the ``recorded`` config (as metadata and results record it) has the weights
+    ``config`` trains: a field the recorded config lacks (added since) counts as its default value, and settings
+    that change only the time (:data:`SAME_WEIGHTS`) are not compared."""
+    from dreamgym.simulator import SimTrainConfig
+
+    if recorded is None:
+        return False
+
+    def recipe(config: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in config.items() if key not in SAME_WEIGHTS}
+
+    return recipe({**as_recorded(SimTrainConfig()), **recorded}) == recipe(as_recorded(config))
 
 
 SAME_WEIGHTS = ("activation_checkpointing",)

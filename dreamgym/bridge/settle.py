@@ -36,10 +36,13 @@ SETTLE_SCRIPT = """
   const watch = () => new MutationObserver(() => { state.last = performance.now(); })
     .observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
   watch();
-  const track = (start) => {  // a promise in flight until it settles
+  const begin = () => {  // one more in flight; the function it returns ends it, once
     state.inflight++;
     let done = false;
-    const end = () => { if (!done) { done = true; state.inflight--; state.last = performance.now(); } };
+    return () => { if (!done) { done = true; state.inflight--; state.last = performance.now(); } };
+  };
+  const track = (start) => {  // a promise in flight until it settles
+    const end = begin();
     try {
       return start().then((value) => { end(); return value; }, (error) => { end(); throw error; });
     } catch (error) { end(); throw error; }
@@ -53,9 +56,7 @@ SETTLE_SCRIPT = """
   }
   const send = XMLHttpRequest.prototype.send;
   XMLHttpRequest.prototype.send = function (...args) {
-    state.inflight++;
-    let done = false;
-    const end = () => { if (!done) { done = true; state.inflight--; state.last = performance.now(); } };
+    const end = begin();
     this.addEventListener("loadend", end, { once: true });
     try { return send.apply(this, args); } catch (error) { end(); throw error; }  // a send that throws never loads
   };
