@@ -54,7 +54,11 @@ Variants (loop, batches, template, epochs, precision):
   examples, other no-ops; ``candidate-contrast-0.1``, the same with a
   tenth of the examples no-ops instead of a fifth (a ninth fewer examples);
   ``candidate-outcome-3``, the candidate with the answer's reward and end
-  weighed three times its page (``SimTrainConfig.outcome_weight``).
+  weighed three times its page (``SimTrainConfig.outcome_weight``);
+  ``candidate-acts``, the candidate on the template that names every earlier
+  action of the episode before the action (``TemplateConfig.past_actions``:
+  a step's end can depend on an action older than the one step of history),
+  and ``candidate-acts-0.1``, the same with a tenth of the examples no-ops.
 
 The examples are built from ``--out``'s "train" store with the default's
 template (the first run caches them there, all of them, before sampling).
@@ -85,7 +89,8 @@ class Variant(NamedTuple):
     loop: str
     grouped: bool
     template: str
-    """"system" (the default's) or "bare" (without the system message)"""
+    """"system" (the default's), "bare" (without the system message) or "acts" (the default's naming every earlier
+    action of the episode, ``TemplateConfig.past_actions``)"""
     epochs: float = 2.0
     dtype: str = "auto"
     share_prefix: bool = False
@@ -113,6 +118,8 @@ VARIANTS = {
         "plain", False, "system", dtype="bfloat16", share_prefix=True, no_ops="contrast", no_op_share=0.1
     ),
     "candidate-outcome-3": Variant("plain", False, "system", dtype="bfloat16", share_prefix=True, outcome_weight=3.0),
+    "candidate-acts": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True),
+    "candidate-acts-0.1": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True, no_op_share=0.1),
 }
 
 
@@ -130,7 +137,6 @@ def main() -> int:
         parser.error(
             f"no store at {args.out / 'train'}: run benchmarks/sim_build.py --profile-only --out {args.out} first"
         )
-    examples = anyio.run(_all_examples, args.out)
     run = provenance()
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results["note"] = "fidelity and training loss only: the trainings may share the machine, so no timings"
@@ -140,6 +146,7 @@ def main() -> int:
     for key in ("date", "commit", "command"):
         results.pop(key, None)
     for name in chosen:
+        examples = anyio.run(_all_examples, args.out, _examples_template(VARIANTS[name]))
         model, row = _train(args.out, name, examples)
         table = anyio.run(_fidelity, args.out, {"after": model})
         row["fidelity"] = {split: rows["after"] for split, rows in table.items()}
@@ -159,6 +166,16 @@ def bare_template() -> Any:
     return dataclasses.replace(before_template(), instructions=False)
 
 
+def acts_template() -> Any:
+    """The default's template naming every earlier action of the episode (``past_actions``, id suffix ``:acts``)."""
+    return dataclasses.replace(before_template(), past_actions=True)
+
+
+def _examples_template(variant: Variant) -> Any:
+    """The template a variant's examples are built with ("bare" drops the system message from the default's)."""
+    return acts_template() if variant.template == "acts" else before_template()
+
+
 def _without_system_message(examples: list[Any]) -> list[Any]:
     """The examples as the bare template prompts: the same queries (from the store's own embeddings, as
     ``sim_build.py``'s "after" examples), the system message left out."""
@@ -168,19 +185,20 @@ def _without_system_message(examples: list[Any]) -> list[Any]:
     ]
 
 
-async def _all_examples(out: Path) -> list[Any]:
+async def _all_examples(out: Path, template: Any) -> list[Any]:
     """Every example of ``out``'s "train" store (the store collected with today's embedder, which ``_fidelity``
-    retrieves from) with the default's template, the held-out pairs left out; none sampled away. Cached."""
-    from dreamgym.jobs.sim_default import DEFAULT_TASKS, HELD_OUT_SEEDS
+    retrieves from) with ``template``, the held-out pairs left out; none sampled away. Cached per template."""
+    from dreamgym.jobs.sim_default import held_out_pairs
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import build_sft_examples
 
-    cached = out / "examples_all.pickle"
+    suffix = template.template_id.removeprefix(before_template().template_id).replace(":", "-")
+    cached = out / f"examples_all{suffix}.pickle"  # the default's: examples_all.pickle, as before
     if cached.exists():
         return list(pickle.loads(cached.read_bytes()))
-    held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
+    held_out = held_out_pairs()
     async with LmdbReplayStore(out / "train") as store:
-        built = await build_sft_examples(store, before_template(), exclude_task_seeds=held_out)
+        built = await build_sft_examples(store, template, exclude_task_seeds=held_out)
     cached.write_bytes(pickle.dumps(built))
     return built
 
@@ -203,14 +221,14 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         outcome_weight=variant.outcome_weight,
         activation_checkpointing=False,  # the same weights, less compute (sim_build.SAME_WEIGHTS); on before 2026-12-04
     )
-    template = before_template() if variant.template == "system" else bare_template()
+    template = bare_template() if variant.template == "bare" else _examples_template(variant)
     target = out / f"model-{name}"
     share = variant.no_op_share
     if variant.no_ops == "contrast":
         kept = balance(examples, no_op_share=share, contrast=True)
     else:
         kept = before_balance(examples, no_op_share=share)
-    chosen = kept if variant.template == "system" else _without_system_message(kept)
+    chosen = _without_system_message(kept) if variant.template == "bare" else kept
     meta = read_metadata(target)
     if not same_weights(meta.get("config"), config) or meta.get("examples_digest") != examples_digest(chosen):
         train_experience_model(chosen, target, config, template=template)

@@ -165,12 +165,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """The default's SFT examples as built before (every query embedded again) and as now (the store's own
     embeddings reused), each with its recipe's template, timed, balanced. Also how many differ in their query (only
     where neighbours tie), their tokens and the share of no-op steps."""
-    from dreamgym.jobs.sim_default import (
-        DEFAULT_TASKS,
-        HELD_OUT_SEEDS,
-        balance,
-        no_op_answer,
-    )
+    from dreamgym.jobs.sim_default import balance, held_out_pairs, no_op_answer
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import build_sft_examples
 
@@ -184,7 +179,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         kept, figures = pickle.loads(cached.read_bytes())
         if figures.get("templates") == templates:
             return kept, figures
-    held_out = [(f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS]
+    held_out = held_out_pairs()
     seconds = {}
     built = {}
     ways = (
@@ -563,12 +558,12 @@ def _builds(
 
 async def _fidelity(out: Path, models: dict[str, Path]) -> dict[str, Any]:
     """One-step fidelity of each model and the two baselines on every held-out real step: all, and page changed."""
-    from dreamgym.jobs.sim_default import DEFAULT_TASKS, HELD_OUT_SEEDS
+    from dreamgym.jobs.sim_default import held_out_pairs
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import load_experience_model
     from dreamgym.validate import ValidationConfig, validate
 
-    held_out = tuple((f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS)
+    held_out = tuple(held_out_pairs())
     async with LmdbReplayStore(out / "held_out", readonly=True) as real:
         steps = [s for s in await _all_steps(real) if s.source == "real"]
     tables: dict[str, dict[str, Any]] = {"all": {}, "page changed": {}}

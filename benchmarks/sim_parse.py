@@ -78,12 +78,12 @@ def main() -> int:
 
 async def _fidelity(source: Path, model_dir: Path) -> dict[str, Any]:
     from dreamgym.core.types import Step, decode_record
-    from dreamgym.jobs.sim_default import DEFAULT_TASKS, HELD_OUT_SEEDS
+    from dreamgym.jobs.sim_default import held_out_pairs
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import load_experience_model
     from dreamgym.validate import ValidationConfig, validate
 
-    held_out = tuple((f"miniwob/{name}", seed) for name in DEFAULT_TASKS for seed in HELD_OUT_SEEDS)
+    held_out = tuple(held_out_pairs())
     async with LmdbReplayStore(source / "held_out", readonly=True) as real:
         steps = [s for _, data in real.iter_records("steps") if (s := decode_record(data, Step)).source == "real"]
     tables: dict[str, dict[str, Any]] = {"all": {}, "page changed": {}, "by task": {}, "stats": {}}

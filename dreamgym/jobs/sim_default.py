@@ -68,6 +68,7 @@ __all__ = [
     "default_model_dir",
     "default_store_dir",
     "ensure_held_out",
+    "held_out_pairs",
     "held_out_store_dir",
     "no_op_answer",
     "train_on_store",
@@ -80,6 +81,7 @@ DEFAULT_TASKS = tuple(sorted(name for name in DEMONSTRATORS if name not in NONDE
 TRAIN_SEEDS = range(0, 24)
 HELD_OUT_SEEDS = range(1000, 1010)
 """Seeds never collected for training: evaluations of the default model use these."""
+
 DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
 """The offline default's prompt: one step of history, two retrieved real transitions, no reasoning (no teacher is
 reachable offline), a diff."""
@@ -91,6 +93,12 @@ pages (``benchmarks/sim_build.py``, ``benchmarks/results/sim_build.json``; an ea
 higher on reward: two builds of one recipe differ by about 0.03), so the default keeps this recipe until a faster one
 is shown as faithful on every figure over several builds. Activation checkpointing (TRL's default, on in every
 build before ``SimTrainConfig.activation_checkpointing`` existed) is off: the same weights, less compute."""
+
+
+def held_out_pairs(tasks: Sequence[str] = DEFAULT_TASKS) -> list[tuple[str, int]]:
+    """The (task id, seed) pairs an evaluation holds out: every one of ``tasks`` on every held-out seed. What the
+    default's recipe records and what its examples (and every benchmark's) leave out."""
+    return [(f"miniwob/{name}", seed) for name in tasks for seed in HELD_OUT_SEEDS]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,7 +192,7 @@ async def build_default(
         if (await store.stats()).steps.get("real", 0) == 0:
             steps = await collect_miniwob(store, plan)
             log.info("collected %d real steps in %.0f s", steps, time.perf_counter() - started)
-        held_out = [(f"miniwob/{name}", seed) for name in plan.tasks for seed in HELD_OUT_SEEDS]
+        held_out = held_out_pairs(plan.tasks)
         recipe = {
             "recipe": "dreamgym.jobs.sim_default",
             "store": str(store_dir),

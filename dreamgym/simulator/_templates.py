@@ -98,6 +98,11 @@ class TemplateConfig:
     from scratch on this template learns both from its examples, and the message, the same in every prompt, was
     a third of the offline default's training tokens (185 of 555 per example): ``False`` leaves it out (the id
     gains ``:bare``)."""
+    past_actions: bool = False
+    """Name every action the episode took so far on one line just before the action (``Actions so far: ...``,
+    ``(none)`` at the first step; the id gains ``:acts``). The history shows only the last ``history`` steps, and
+    a sequence task's end depends on an action taken earlier (a second click ends click-button-sequence, the
+    first never does); a few tokens per step say it where the model reads the action."""
 
     def __post_init__(self) -> None:
         if self.history < 0 or self.neighbours < 0:
@@ -112,7 +117,8 @@ class TemplateConfig:
         """E.g. ``experience/v1:h2:k3:direct:diff``; recorded on every synthetic step."""
         mode = "think" if self.reasoning else "direct"
         bare = "" if self.instructions else ":bare"
-        return f"experience/{VERSION}:h{self.history}:k{self.neighbours}:{mode}:{self.output}{bare}"
+        acts = ":acts" if self.past_actions else ""
+        return f"experience/{VERSION}:h{self.history}:k{self.neighbours}:{mode}:{self.output}{bare}{acts}"
 
     @property
     def initial_template_id(self) -> str:
@@ -168,6 +174,9 @@ class TemplateConfig:
             lines.append(f"Focused: [{current.focused_id}]")
         if current.last_action_error:
             lines.append(f"Last action error: {current.last_action_error}")
+        if self.past_actions:
+            taken = " | ".join(str(action) for _, action in query.history)
+            lines.append(f"Actions so far: {taken or '(none)'}")
         lines.append(f"Action: {query.action}")
         return "\n".join(lines)
 

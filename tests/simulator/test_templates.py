@@ -82,6 +82,19 @@ def test_a_template_without_instructions_is_the_same_query_alone_under_its_own_i
     assert bare.template_id == "experience/v1:h1:k2:direct:diff:bare"
 
 
+def test_past_actions_name_every_earlier_action_beyond_the_history_window_under_their_own_id() -> None:
+    steps = toy_form.episode(1, "Bo") + toy_form.episode(1, "Cyd")
+    config = TemplateConfig(history=1, neighbours=2, past_actions=True)
+    later = user_text(config, query(history=history_of(steps[:3]), observation=steps[3].observation))
+    assert "step 1:" not in later and "step 2:" not in later  # out of the history window, still named
+    assert later.splitlines()[-2] == f"Actions so far: {steps[0].action} | {steps[1].action} | {steps[2].action}"
+    first = user_text(config, query(history=()))
+    assert first.splitlines()[-2:] == ["Actions so far: (none)", f"Action: {SUBMIT.action}"]
+    assert "Actions so far" not in user_text(TemplateConfig(history=1))
+    assert config.template_id == "experience/v1:h1:k2:direct:diff:acts"
+    assert TemplateConfig(history=1, instructions=False, past_actions=True).template_id.endswith(":bare:acts")
+
+
 def test_empty_history_and_no_neighbours_render_without_their_sections() -> None:
     text = user_text(TemplateConfig(), query(history=(), neighbours=()))
     assert "History" not in text and "Similar" not in text
