@@ -66,7 +66,14 @@ from dreamgym.simulator._sft import (
     real_episodes,
     train_experience_model,
 )
-from dreamgym.simulator._templates import TemplateConfig, answer_pattern, answer_text, history_of, initial_answer_text
+from dreamgym.simulator._templates import (
+    MAX_PAST_ACTIONS,
+    TemplateConfig,
+    answer_pattern,
+    answer_text,
+    history_of,
+    initial_answer_text,
+)
 from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_digest
 
 __all__ = [
@@ -74,6 +81,7 @@ __all__ = [
     "FOCUSABLE_ROLES",
     "LIST_ROLES",
     "MAX_ANSWER_CHARS",
+    "MAX_PAST_ACTIONS",
     "METADATA_FILE",
     "STRUCTURED_OUTPUTS",
     "TEXT_ROLES",

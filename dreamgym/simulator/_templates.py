@@ -50,7 +50,15 @@ from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour
 from dreamgym.core.state import diff_states, lean_diff
 from dreamgym.core.types import Action, Observation, Step, Task
 
-__all__ = ["VERSION", "TemplateConfig", "answer_pattern", "answer_text", "history_of", "initial_answer_text"]
+__all__ = [
+    "MAX_PAST_ACTIONS",
+    "VERSION",
+    "TemplateConfig",
+    "answer_pattern",
+    "answer_text",
+    "history_of",
+    "initial_answer_text",
+]
 
 VERSION = "v1"
 """Version of the text this module renders; part of every template id."""
@@ -175,8 +183,7 @@ class TemplateConfig:
         if current.last_action_error:
             lines.append(f"Last action error: {current.last_action_error}")
         if self.past_actions:
-            taken = " | ".join(str(action) for _, action in query.history)
-            lines.append(f"Actions so far: {taken or '(none)'}")
+            lines.append(f"Actions so far: {_past_actions(query.history)}")
         lines.append(f"Action: {query.action}")
         return "\n".join(lines)
 
@@ -185,6 +192,16 @@ class TemplateConfig:
             return state
         kept = state[: self.max_state_chars].rsplit("\n", 1)[0]
         return f"{kept}\n(... {state.count(chr(10)) - kept.count(chr(10))} more lines cut)"
+
+
+MAX_PAST_ACTIONS = 24
+"""The most earlier actions ``past_actions`` names (the latest; how many more came before is counted)."""
+
+
+def _past_actions(history: Sequence[tuple[Observation, Action]]) -> str:
+    named = [str(action) for _, action in history[-MAX_PAST_ACTIONS:]]
+    earlier = len(history) - len(named)
+    return " | ".join([f"({earlier} earlier)"] * bool(earlier) + named) or "(none)"
 
 
 def _neighbour_lines(n: int, neighbour: Neighbour, max_lines: int) -> list[str]:

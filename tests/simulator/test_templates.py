@@ -22,6 +22,7 @@ from dreamgym.core import (
 )
 from dreamgym.simulator import (
     MAX_ANSWER_CHARS,
+    MAX_PAST_ACTIONS,
     ServedModel,
     TemplateConfig,
     answer_pattern,
@@ -93,6 +94,14 @@ def test_past_actions_name_every_earlier_action_beyond_the_history_window_under_
     assert "Actions so far" not in user_text(TemplateConfig(history=1))
     assert config.template_id == "experience/v1:h1:k2:direct:diff:acts"
     assert TemplateConfig(history=1, instructions=False, past_actions=True).template_id.endswith(":bare:acts")
+
+
+def test_a_long_episode_names_its_latest_actions_and_counts_the_rest() -> None:
+    steps = [step for n in range(MAX_PAST_ACTIONS) for step in toy_form.episode(n, "Bo")]
+    line = user_text(TemplateConfig(past_actions=True), query(history=history_of(steps))).splitlines()[-2]
+    named = line.removeprefix("Actions so far: ").split(" | ")
+    assert named[0] == f"({len(steps) - MAX_PAST_ACTIONS} earlier)"
+    assert named[1:] == [str(step.action) for step in steps[-MAX_PAST_ACTIONS:]]
 
 
 def test_empty_history_and_no_neighbours_render_without_their_sections() -> None:
