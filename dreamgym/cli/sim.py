@@ -48,6 +48,9 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--history", type=int, default=1, help="past steps in the prompt (H)")
     train.add_argument("--neighbours", type=int, default=2, help="retrieved real transitions in the prompt (k)")
     train.add_argument("--output", choices=("diff", "state"), default="diff", help="predict a diff or the full page")
+    train.add_argument("--past-actions", action="store_true",
+                       help="name every earlier action of the episode before the action (what a step's end may "
+                            "depend on beyond the --history steps)")  # fmt: skip
     add_served_arguments(train, "teacher", "reasoning teacher", max_new_tokens=1024)
     train.add_argument("--hold-out", action="append", default=[], metavar="TASK[:SEED]",
                        help="leave a (task, seed) out of examples and retrieval; repeatable")  # fmt: skip
@@ -131,7 +134,11 @@ def _run_train(args: argparse.Namespace) -> int:
         selected = {task.task_id for task in parse_tasks(args.tasks, args.site)[0]}
     teacher, teacher_sampling = served_backend(args, "teacher") or (None, None)
     template = TemplateConfig(
-        history=args.history, neighbours=args.neighbours, reasoning=teacher is not None, output=args.output
+        history=args.history,
+        neighbours=args.neighbours,
+        reasoning=teacher is not None,
+        output=args.output,
+        past_actions=args.past_actions,
     )
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,
