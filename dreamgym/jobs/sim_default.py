@@ -81,7 +81,6 @@ DEFAULT_TASKS = tuple(sorted(name for name in DEMONSTRATORS if name not in NONDE
 TRAIN_SEEDS = range(0, 24)
 HELD_OUT_SEEDS = range(1000, 1010)
 """Seeds never collected for training: evaluations of the default model use these."""
-
 DEFAULT_TEMPLATE = TemplateConfig(history=1, neighbours=2, reasoning=False, output="diff")
 """The offline default's prompt: one step of history, two retrieved real transitions, no reasoning (no teacher is
 reachable offline), a diff. Naming the episode's earlier actions as well (``past_actions``) scored termination 0.970

@@ -199,9 +199,13 @@ MAX_PAST_ACTIONS = 24
 
 
 def _past_actions(history: Sequence[tuple[Observation, Action]]) -> str:
+    if not history:
+        return "(none)"
     named = [str(action) for _, action in history[-MAX_PAST_ACTIONS:]]
     earlier = len(history) - len(named)
-    return " | ".join([f"({earlier} earlier)"] * bool(earlier) + named) or "(none)"
+    if earlier:
+        named.insert(0, f"({earlier} earlier)")
+    return " | ".join(named)
 
 
 def _neighbour_lines(n: int, neighbour: Neighbour, max_lines: int) -> list[str]:
