@@ -58,7 +58,11 @@ Variants (loop, batches, template, epochs, precision):
   ``candidate-acts``, the candidate on the template that names every earlier
   action of the episode before the action (``TemplateConfig.past_actions``:
   a step's end can depend on an action older than the one step of history),
-  and ``candidate-acts-0.1``, the same with a tenth of the examples no-ops.
+  and ``candidate-acts-0.1``, the same with a tenth of the examples no-ops;
+  ``candidate-acts-words``, ``candidate-acts`` with a tokenizer that keeps
+  each run of non-space characters whole before learning its merges
+  (``ScratchModelConfig.split="whitespace"``: fewer tokens per example,
+  each row records its ``train_tokens`` and ``train_seconds``).
 
 The examples are built from ``--out``'s "train" store with the default's
 template (the first run caches them there, all of them, before sampling).
@@ -100,6 +104,8 @@ class Variant(NamedTuple):
     no_op_share: float = 0.2
     outcome_weight: float = 1.0
     """the answer's reward and end weighed this many times its page's tokens (``SimTrainConfig.outcome_weight``)"""
+    split: str = "punctuation"
+    """how the scratch tokenizer cuts text before its merges (``ScratchModelConfig.split``)"""
 
 
 VARIANTS = {
@@ -120,6 +126,7 @@ VARIANTS = {
     "candidate-outcome-3": Variant("plain", False, "system", dtype="bfloat16", share_prefix=True, outcome_weight=3.0),
     "candidate-acts": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True),
     "candidate-acts-0.1": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True, no_op_share=0.1),
+    "candidate-acts-words": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True, split="whitespace"),
 }
 
 
@@ -219,6 +226,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         dtype=variant.dtype,
         share_prefix=variant.share_prefix,
         outcome_weight=variant.outcome_weight,
+        scratch=dataclasses.replace(before_training().scratch, split=variant.split),
         activation_checkpointing=False,  # the same weights, less compute (sim_build.SAME_WEIGHTS); on before 2026-12-04
     )
     template = bare_template() if variant.template == "bare" else _examples_template(variant)
@@ -240,6 +248,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         "no_ops": variant.no_ops,
         "no_op_share": share,
         "outcome_weight": variant.outcome_weight,
+        "split": variant.split,
         "epochs": variant.epochs,
         "precision": meta.get("precision", "float32"),
         "template": template.template_id,
@@ -247,6 +256,8 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         "examples_digest": meta.get("examples_digest"),
         "train_loss": meta.get("train_loss"),
         "examples": meta.get("examples"),
+        "train_tokens": meta.get("train_tokens"),  # both epochs, the shared prefix counted once per micro-batch
+        "train_seconds": meta.get("train_seconds"),
     }
 
 

@@ -210,7 +210,8 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
             "no_op_share_all": round(sum(e.completion == idle for e in every) / len(every), 4),
             "examples": len(kept["after"]),
             "no_op_share_kept": round(sum(e.completion == idle for e in kept["after"]) / len(kept["after"]), 4),
-            **{f"tokens_per_epoch_{name}": _epoch_tokens(examples) for name, examples in kept.items()},
+            "tokens_per_epoch_before": _epoch_tokens(kept["before"], before_training()),
+            "tokens_per_epoch_after": _epoch_tokens(kept["after"], candidate_training()),
         },
     )
     cached.write_bytes(pickle.dumps(found))
@@ -233,13 +234,13 @@ def _differing_prompts(before: list[Any], after: list[Any]) -> int:
     return sum((prompts(after) - prompts(before)).values())
 
 
-def _epoch_tokens(examples: list[Any]) -> int:
-    """The tokens of one epoch over ``examples`` with the tokenizer a build trains on them."""
+def _epoch_tokens(examples: list[Any], config: Any) -> int:
+    """The tokens of one epoch over ``examples`` with the tokenizer a build with ``config`` trains on them."""
     from dreamgym.simulator._loop import tokenize_example
     from dreamgym.simulator._sft import _conversation, train_tokenizer
 
     texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
-    tokenizer = train_tokenizer(texts, before_training().scratch.vocab_size)
+    tokenizer = train_tokenizer(texts, config.scratch.vocab_size, split=config.scratch.split)
     return sum(len(tokenize_example(tokenizer, *_conversation(e))) for e in examples)
 
 
@@ -502,7 +503,10 @@ def same_weights(recorded: dict[str, Any] | None, config: Any) -> bool:
     def recipe(config: dict[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in config.items() if key not in SAME_WEIGHTS}
 
-    return recipe({**as_recorded(SimTrainConfig()), **recorded}) == recipe(as_recorded(config))
+    defaults = as_recorded(SimTrainConfig())
+    # the scratch model's shape is recorded as a nested dict: a field it lacks counts as its default too
+    scratch = {**defaults["scratch"], **(recorded.get("scratch") or {})}
+    return recipe({**defaults, **recorded, "scratch": scratch}) == recipe(as_recorded(config))
 
 
 SAME_WEIGHTS = ("activation_checkpointing",)

