@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -40,12 +42,35 @@ def commit() -> str:
     return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
-def provenance() -> dict[str, str]:
-    """What a results file records of its run: the date, :func:`commit` and the command
-    (``python benchmarks/<this script> <its arguments>``)."""
+def provenance() -> dict[str, Any]:
+    """What a results file records of its run: the date, :func:`commit`, the command
+    (``python benchmarks/<this script> <its arguments>``) and the :func:`machine`."""
     script = f"benchmarks/{Path(sys.argv[0]).name}"
     return {
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
         "command": "python " + shlex.join([script, *sys.argv[1:]]),
+        "machine": machine(),
     }
+
+
+def machine() -> dict[str, Any]:
+    """The CPU a run measured on: its model, the CPUs this process may use, and whether it computes bfloat16
+    natively (AVX-512 BF16 or AMX: the plain loop's and the embedder's ``bfloat16`` run in float32 elsewhere), so
+    two results files are compared only where their machines match. Linux's ``/proc/cpuinfo``; elsewhere the
+    model is ``platform.processor()`` and the bfloat16 flag ``None`` (unknown)."""
+    model: str | None = None
+    flags: set[str] | None = None
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model is None:
+            model = value.strip()
+        elif key.strip() == "flags" and flags is None:
+            flags = set(value.split())
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    bfloat16 = None if flags is None else bool(flags & {"avx512_bf16", "amx_bf16"})
+    return {"cpu": model or platform.processor() or "unknown", "cpus": cpus, "bfloat16": bfloat16}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from dreamgym.simulator import (
     TemplateConfig,
 )
 from dreamgym.simulator._sft import (
+    SPLITS,
+    ScratchModelConfig,
     SimTrainConfig,
     annotate_reasoning,
     build_sft_examples,
@@ -115,6 +118,42 @@ async def test_training_from_scratch_writes_a_loadable_model_with_its_recipe(tmp
     assert completion.completion_tokens > 0
 
 
+async def test_a_model_whose_tokenizer_splits_on_whitespace_trains_loads_and_records_it(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(2))
+        examples = await build_sft_examples(store, TOY_TEMPLATE)
+    config = dataclasses.replace(FAST, scratch=dataclasses.replace(TINY, split="whitespace"))
+    out = train_experience_model(examples, tmp_path / "model", config, template=TOY_TEMPLATE)
+    assert read_metadata(out)["config"]["scratch"]["split"] == "whitespace"
+    backend = LocalBackend.load(out)
+    # the loaded tokenizer is the one trained on the examples with that split, and cuts as it does: a piece can
+    # join a bracket and the letters after it (GPT-2's rule keeps them apart)
+    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
+    trained = train_tokenizer(texts, TINY.vocab_size, split="whitespace")
+    page = toy_form.page(1).state
+    assert backend.tokenizer(page)["input_ids"] == trained(page)["input_ids"]
+    assert any(re.fullmatch(r"\[e\d*\]?", piece) for piece in backend.tokenizer.tokenize(page))
+    completion = await backend.complete(TOY_TEMPLATE.messages(_query()), Sampling(max_new_tokens=8))
+    assert completion.completion_tokens > 0
+
+
+def test_each_split_loses_nothing_and_whitespace_takes_fewer_tokens_per_page(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    pages = [toy_form.page(i).state for i in range(6)]
+    odd = '  [e7] textbox "Ünï ✓"\t\ttab\n\n\n   日本語 x  y \r\n'  # unseen characters and runs of spaces
+    lengths = {}
+    for split in SPLITS:
+        tokenizer = train_tokenizer(pages * 4, 400, split=split)
+        tokenizer.save_pretrained(tmp_path / split)
+        loaded = AutoTokenizer.from_pretrained(tmp_path / split)
+        for text in (*pages, odd):
+            ids = tokenizer(text)["input_ids"]
+            assert tokenizer.decode(ids) == text and loaded(text)["input_ids"] == ids
+        lengths[split] = sum(len(tokenizer(page)["input_ids"]) for page in pages)
+    assert lengths["whitespace"] < 0.8 * lengths["punctuation"]
+
+
 async def test_lora_fine_tuning_of_a_local_base_loads_as_a_local_backend(tmp_path: Path) -> None:
     async with open_store(tmp_path / "store") as store:
         await fill_toy_store(store, range(2))
@@ -142,6 +181,10 @@ async def test_lora_fine_tuning_of_a_local_base_loads_as_a_local_backend(tmp_pat
 def test_bad_training_settings_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="local model directory"):
         SimTrainConfig(base=str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match="split must be one of"):
+        ScratchModelConfig(split="bytes")
+    with pytest.raises(ConfigError, match="split must be one of"):
+        train_tokenizer(["a page"], 300, split="words")
     with pytest.raises(ConfigError, match="no SFT examples"):
         train_experience_model([], tmp_path / "m", FAST, template=TOY_TEMPLATE)
 
