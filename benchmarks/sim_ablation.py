@@ -62,7 +62,9 @@ Variants (loop, batches, template, epochs, precision):
   ``candidate-acts-words``, ``candidate-acts`` with a tokenizer that keeps
   each run of non-space characters whole before learning its merges
   (``ScratchModelConfig.split="whitespace"``: fewer tokens per example,
-  each row records its ``train_tokens`` and ``train_seconds``).
+  each row records its ``train_tokens`` and ``train_seconds``), and
+  ``candidate-acts-words-seed1``, the same trained from another seed (other
+  initial weights, batches in another order): two builds of one recipe.
 
 The examples are built from ``--out``'s "train" store with the default's
 template (the first run caches them there, all of them, before sampling).
@@ -106,6 +108,8 @@ class Variant(NamedTuple):
     """the answer's reward and end weighed this many times its page's tokens (``SimTrainConfig.outcome_weight``)"""
     split: str = "punctuation"
     """how the scratch tokenizer cuts text before its merges (``ScratchModelConfig.split``)"""
+    seed: int = 0
+    """the training's seed (the model's initial weights and the batches' order): another build of one recipe"""
 
 
 VARIANTS = {
@@ -127,6 +131,9 @@ VARIANTS = {
     "candidate-acts": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True),
     "candidate-acts-0.1": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True, no_op_share=0.1),
     "candidate-acts-words": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True, split="whitespace"),
+    "candidate-acts-words-seed1": Variant(
+        "plain", False, "acts", dtype="bfloat16", share_prefix=True, split="whitespace", seed=1
+    ),
 }
 
 
@@ -227,6 +234,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         share_prefix=variant.share_prefix,
         outcome_weight=variant.outcome_weight,
         scratch=dataclasses.replace(before_training().scratch, split=variant.split),
+        seed=variant.seed,
         activation_checkpointing=False,  # the same weights, less compute (sim_build.SAME_WEIGHTS); on before 2026-12-04
     )
     template = bare_template() if variant.template == "bare" else _examples_template(variant)
@@ -249,6 +257,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         "no_op_share": share,
         "outcome_weight": variant.outcome_weight,
         "split": variant.split,
+        "seed": variant.seed,
         "epochs": variant.epochs,
         "precision": meta.get("precision", "float32"),
         "template": template.template_id,
