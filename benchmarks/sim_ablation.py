@@ -64,7 +64,9 @@ Variants (loop, batches, template, epochs, precision):
   (``ScratchModelConfig.split="whitespace"``: fewer tokens per example,
   each row records its ``train_tokens`` and ``train_seconds``), and
   ``candidate-acts-words-seed1``, the same trained from another seed (other
-  initial weights, batches in another order): two builds of one recipe.
+  initial weights, batches in another order): two builds of one recipe;
+  ``candidate-acts-words-outcome-3`` and ``-outcome-3-seed1``, the two with
+  the answer's reward and end weighed three times its page.
 
 The examples are built from ``--out``'s "train" store with the default's
 template (the first run caches them there, all of them, before sampling).
@@ -133,6 +135,12 @@ VARIANTS = {
     "candidate-acts-words": Variant("plain", False, "acts", dtype="bfloat16", share_prefix=True, split="whitespace"),
     "candidate-acts-words-seed1": Variant(
         "plain", False, "acts", dtype="bfloat16", share_prefix=True, split="whitespace", seed=1
+    ),
+    "candidate-acts-words-outcome-3": Variant(
+        "plain", False, "acts", dtype="bfloat16", share_prefix=True, split="whitespace", outcome_weight=3.0
+    ),
+    "candidate-acts-words-outcome-3-seed1": Variant(
+        "plain", False, "acts", dtype="bfloat16", share_prefix=True, split="whitespace", outcome_weight=3.0, seed=1
     ),
 }
 

@@ -71,6 +71,8 @@ def main() -> int:
     parser.add_argument("--skip-before", action="store_true", help="build only the new default (no 'before' build)")
     parser.add_argument("--skip-profile", action="store_true")
     parser.add_argument("--profile-only", action="store_true", help="collect, build examples and profile; no builds")
+    parser.add_argument("--loops", help="the profiled loops to run, ';'-separated (default: all)")
+    parser.add_argument("--results", type=Path, help="where --profile-only --commit-results writes")
     parser.add_argument(
         "--commit-results",
         action="store_true",
@@ -85,34 +87,41 @@ def main() -> int:
     data = anyio.run(_collect, args.out)
     results["data"] = data
     examples, example_figures = anyio.run(_examples, args.out)
-    report.emit("tokens per epoch", example_figures["tokens_per_epoch_after"], "tokens", "before (system message)",
-                example_figures["tokens_per_epoch_before"])  # fmt: skip
-    report.emit("example building", example_figures["examples_s"], "s", "before (queries embedded again)",
-                example_figures["examples_before_s"])  # fmt: skip
+    rows.append(report.emit("tokens per epoch", example_figures["tokens_per_epoch_after"], "tokens",
+                            "before (its template and tokenizer)",
+                            example_figures["tokens_per_epoch_before"]))  # fmt: skip
+    rows.append(report.emit("example building", example_figures["examples_s"], "s", "before (queries embedded again)",
+                            example_figures["examples_before_s"]))  # fmt: skip
     results["examples"] = example_figures
     print(json.dumps({"examples": example_figures}), flush=True)
     if not args.skip_profile:
-        results["profile"] = _profile(examples["before"], args.profile_steps, rows)
+        only = {name.strip() for name in args.loops.split(";") if name.strip()} if args.loops else None
+        unknown = (only or set()) - set(profile_loops()) - set(PROFILE_EXTRAS)
+        if unknown:
+            parser.error(f"unknown loops {sorted(unknown)}; choose among {[*profile_loops(), *PROFILE_EXTRAS]}")
+        results["profile"] = _profile(examples, args.profile_steps, rows, only)
     if args.profile_only:
         if args.commit_results:  # the builds' file stays as its last full run wrote it
             results["rows"] = rows
-            PROFILE_RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-            print(f"wrote {PROFILE_RESULTS}", file=sys.stderr)
+            target = args.results or PROFILE_RESULTS
+            target.write_text(json.dumps(results, indent=1) + "\n")
+            print(f"wrote {target}", file=sys.stderr)
         return 0
     builds = _builds(args, examples, data, example_figures)
     results["builds"] = builds
     before, after = builds.get("before"), builds["after"]
     results["default"] = default_build(builds)  # the build sim_default.py makes at this commit
     if before:
-        report.emit("default build time", after["build_s"], "s", "build before", before["build_s"])
+        rows.append(report.emit("default build time", after["build_s"], "s", "build before", before["build_s"]))
         results["build_speedup"] = round(before["build_s"] / after["build_s"], 3)
     fidelity = anyio.run(_fidelity, args.out, {name: Path(b["model"]) for name, b in builds.items()})
     results["fidelity"] = fidelity
     for split, table in fidelity.items():
         for metric in ("reward_accuracy", "done_accuracy", "similarity", "f1"):
             base = table["before"][metric] if "before" in table else table["unchanged"][metric]
-            report.emit(f"{metric} ({split})", table["after"][metric], "fraction",
-                        "before" if "before" in table else "unchanged page", base, n=table["after"]["n"])  # fmt: skip
+            rows.append(report.emit(f"{metric} ({split})", table["after"][metric], "fraction",
+                                    "before" if "before" in table else "unchanged page", base,
+                                    n=table["after"]["n"]))  # fmt: skip
     if args.commit_results:
         results["rows"] = rows
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
@@ -175,6 +184,7 @@ async def _examples(out: Path) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         "before": before_template().template_id,
         "after": candidate_template().template_id,
         "contrast": CONTRAST,  # the examples kept change with it
+        "split": candidate_training().scratch.split,  # the tokens counted change with it
     }
     if cached.exists():
         kept, figures = pickle.loads(cached.read_bytes())
@@ -287,46 +297,77 @@ def _embedding_again() -> type:
 # ---------------------------------------------------------------------- profile
 
 
-def _profile(examples: list[Any], steps: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Tokens per second of each loop over ``steps`` optimizer steps, against bare forward+backward (packed)."""
+def _profile(
+    examples: dict[str, list[Any]], steps: int, rows: list[dict[str, Any]], only: set[str] | None = None
+) -> dict[str, Any]:
+    """Tokens per second of each loop over ``steps`` optimizer steps, against bare forward+backward (packed); for
+    the candidate's recipe, seconds per optimizer step against the build before's (each on its own examples and
+    tokenizer: both builds take the same steps per epoch). ``only``: the loops to run (all: ``None``)."""
     import torch
 
     from dreamgym.core.devices import cpu_has_bfloat16
 
     threads = torch.get_num_threads()
-    bare = _bare_tokens_per_second(examples, steps)
+    bare = _bare_tokens_per_second(examples["before"], steps)
     figures: dict[str, Any] = {"threads": threads, "bare_packed_tokens_per_s": round(bare, 1)}
     if cpu_has_bfloat16():
-        mixed = _bare_tokens_per_second(examples, steps, bfloat16=True)
+        mixed = _bare_tokens_per_second(examples["before"], steps, bfloat16=True)
         figures["bare_packed_bfloat16_tokens_per_s"] = round(mixed, 1)
-        report.emit("tokens/s, bare forward+backward in bfloat16", mixed, "tokens/s", "the same in float32", bare,
-                    steps=steps)  # fmt: skip
-    loops = {
-        "trl random": dict(loop="trl", group_by_length=False),
-        "trl grouped": dict(loop="trl", group_by_length=True),
-        "plain random, whole batches": dict(loop="plain", group_by_length=False, micro_batch_tokens=None),
-        "plain random": dict(loop="plain", group_by_length=False),
-        "plain random, prefix with each row": dict(loop="plain", group_by_length=False, share_prefix=False),
-        "plain grouped": dict(loop="plain", group_by_length=True),
-        "plain random, bfloat16": dict(loop="plain", group_by_length=False, dtype="bfloat16"),
-    }
-    for name, change in loops.items():
-        config = dataclasses.replace(before_training(), max_steps=steps, **change)
-        measured = _short_run(examples, config)
+        rows.append(report.emit("tokens/s, bare forward+backward in bfloat16", mixed, "tokens/s",
+                                "the same in float32", bare, steps=steps))  # fmt: skip
+    for name, (which, config) in profile_loops().items():
+        if only is not None and name not in only:
+            continue
+        template = before_template() if which == "before" else candidate_template()
+        measured = _short_run(examples[which], dataclasses.replace(config, max_steps=steps), template)
         figures[name] = measured
-        report.emit(f"tokens/s, {name}", measured["tokens_per_s"], "tokens/s", "bare forward+backward, packed", bare,
-                    padding_share=measured.get("padding_share"), steps=steps)  # fmt: skip
-    figures["trl activation checkpointing"] = _checkpointing(examples, steps)
-    torch.set_num_threads(1)
-    try:
-        config = dataclasses.replace(before_training(), max_steps=steps, loop="plain")
-        one = _short_run(examples, config)
-    finally:
-        torch.set_num_threads(threads)
-    figures["plain random, 1 thread"] = one
-    report.emit("tokens/s, plain random on 1 thread", one["tokens_per_s"], "tokens/s",
-                f"plain random on {threads} threads", figures["plain random"]["tokens_per_s"])  # fmt: skip
+        rows.append(report.emit(f"tokens/s, {name}", measured["tokens_per_s"], "tokens/s",
+                                "bare forward+backward, packed", bare, padding_share=measured.get("padding_share"),
+                                steps=steps))  # fmt: skip
+        if which == "after" and "trl random" in figures:
+            rows.append(report.emit(f"training seconds per step, {name}", measured["seconds_per_step"], "s",
+                                    "the build before's (trl random)", figures["trl random"]["seconds_per_step"],
+                                    steps=steps))  # fmt: skip
+    if only is None or "trl activation checkpointing" in only:
+        figures["trl activation checkpointing"] = _checkpointing(examples["before"], steps)
+    if only is None or "plain random, 1 thread" in only:
+        torch.set_num_threads(1)
+        try:
+            config = dataclasses.replace(before_training(), max_steps=steps, loop="plain")
+            one = _short_run(examples["before"], config, before_template())
+        finally:
+            torch.set_num_threads(threads)
+        figures["plain random, 1 thread"] = one
+        if "plain random" in figures:
+            rows.append(report.emit("tokens/s, plain random on 1 thread", one["tokens_per_s"], "tokens/s",
+                                    f"plain random on {threads} threads",
+                                    figures["plain random"]["tokens_per_s"]))  # fmt: skip
     return figures
+
+
+PROFILE_EXTRAS = ("trl activation checkpointing", "plain random, 1 thread")
+"""Profiled runs beside :func:`profile_loops`' (``--loops`` names them too)."""
+
+
+def profile_loops() -> dict[str, tuple[str, Any]]:
+    """Each profiled loop: the examples it trains on ("before": the build before's; "after": the candidate's)
+    and its training config (``max_steps`` set by the profile)."""
+    before = before_training()
+    candidate = candidate_training()
+    return {
+        "trl random": ("before", dataclasses.replace(before, loop="trl", group_by_length=False)),
+        "trl grouped": ("before", dataclasses.replace(before, loop="trl", group_by_length=True)),
+        "plain random, whole batches": ("before", dataclasses.replace(before, loop="plain", micro_batch_tokens=None)),
+        "plain random": ("before", dataclasses.replace(before, loop="plain")),
+        "plain random, prefix with each row": ("before", dataclasses.replace(before, loop="plain", share_prefix=False)),
+        "plain grouped": ("before", dataclasses.replace(before, loop="plain", group_by_length=True)),
+        "plain random, bfloat16": ("before", dataclasses.replace(before, loop="plain", dtype="bfloat16")),
+        "candidate": ("after", candidate),
+        "candidate, punctuation split": (
+            "after",
+            dataclasses.replace(candidate, scratch=dataclasses.replace(candidate.scratch, split="punctuation")),
+        ),
+    }
 
 
 def _checkpointing(examples: list[Any], steps: int, rounds: int = 3) -> dict[str, Any]:
@@ -338,7 +379,7 @@ def _checkpointing(examples: list[Any], steps: int, rounds: int = 3) -> dict[str
     for _ in range(rounds):
         for on in (True, False):
             config = dataclasses.replace(before_training(), max_steps=steps, activation_checkpointing=on)
-            measured[on].append(_short_run(examples, config)["tokens_per_s"])
+            measured[on].append(_short_run(examples, config, before_template())["tokens_per_s"])
     with_it, without = statistics.median(measured[True]), statistics.median(measured[False])
     report.emit("tokens/s, TRL random without activation checkpointing", without, "tokens/s",
                 "the same with it (the default's build before)", with_it, steps=steps, rounds=rounds)  # fmt: skip
@@ -346,20 +387,21 @@ def _checkpointing(examples: list[Any], steps: int, rounds: int = 3) -> dict[str
             "without_tokens_per_s": measured[False], "speedup_median": round(without / with_it, 3)}  # fmt: skip
 
 
-def _short_run(examples: list[Any], config: Any) -> dict[str, Any]:
+def _short_run(examples: list[Any], config: Any, template: Any) -> dict[str, Any]:
     import tempfile
 
     from dreamgym.simulator import read_metadata, train_experience_model
 
     with tempfile.TemporaryDirectory() as tmp:
         began = time.perf_counter()
-        train_experience_model(examples, Path(tmp) / "m", config, template=before_template())
+        train_experience_model(examples, Path(tmp) / "m", config, template=template)
         meta = read_metadata(Path(tmp) / "m")
         seconds = time.perf_counter() - began
     return {
         "steps": meta.get("train_steps", config.max_steps),
         "seconds_with_setup": round(seconds, 1),
         "tokens_per_s": meta["tokens_per_second"],
+        "seconds_per_step": round(meta["fit_seconds"] / max(meta["train_steps"], 1), 3),
         "padding_share": meta.get("padding_share"),
         "precision": meta.get("precision", "float32"),
     }

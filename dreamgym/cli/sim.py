@@ -51,6 +51,10 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--past-actions", action="store_true",
                        help="name every earlier action of the episode before the action (what a step's end may "
                             "depend on beyond the --history steps)")  # fmt: skip
+    train.add_argument("--split", choices=("punctuation", "whitespace"), default=None,
+                       help="how the scratch model's tokenizer cuts text before its merges: punctuation (GPT-2's "
+                            "rule, the default) or whitespace (each run of non-space characters whole: fewer "
+                            "tokens per page, faster training and prediction); --base scratch only")  # fmt: skip
     add_served_arguments(train, "teacher", "reasoning teacher", max_new_tokens=1024)
     train.add_argument("--hold-out", action="append", default=[], metavar="TASK[:SEED]",
                        help="leave a (task, seed) out of examples and retrieval; repeatable")  # fmt: skip
@@ -120,7 +124,9 @@ def _base(name: str) -> str:
 def _run_train(args: argparse.Namespace) -> int:
     import anyio
 
+    from dreamgym.core.errors import UsageError
     from dreamgym.simulator import (
+        ScratchModelConfig,
         SimTrainConfig,
         TemplateConfig,
         annotate_reasoning,
@@ -128,6 +134,8 @@ def _run_train(args: argparse.Namespace) -> int:
         train_experience_model,
     )
 
+    if args.split is not None and args.base != "scratch":
+        raise UsageError(f"--split shapes a scratch model's tokenizer; --base {args.base} brings its own")
     held_out = hold_outs(args.hold_out)
     selected = None
     if args.tasks is not None:  # checked before the store is opened
@@ -143,6 +151,7 @@ def _run_train(args: argparse.Namespace) -> int:
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,
         learning_rate=args.lr, max_steps=args.max_steps, device=args.device, dtype=args.dtype,
+        scratch=ScratchModelConfig(split=args.split or "punctuation"),
     )  # fmt: skip
 
     async def examples() -> list[Any]:

@@ -508,6 +508,7 @@ def _train_plain(
         "padding_share": round(1 - result.tokens / max(result.padded_tokens, 1), 4),
         "shared_prefix_tokens": result.shared_prefix,
         "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9), 1),
+        "fit_seconds": round(result.seconds, 2),
         "precision": result.precision,
     }
     return model, len(rows), dropped, figures
@@ -576,6 +577,7 @@ def _train_with_trl(
         "train_loss": result.training_loss,
         "train_steps": trainer.state.global_step,
         "activation_checkpointing": bool(checkpointed),
+        "fit_seconds": round(seconds, 2),
         **({"tokens_per_second": round(tokens / max(seconds, 1e-9), 1)} if tokens else {}),
     }
     return trainer.model, len(rows), dropped, figures
