@@ -1,7 +1,10 @@
 """A tolerant parser of the experience model's answers (see ``_templates``).
 
 Tolerated: tags in any case, surrounding prose, Markdown code fences, a last
-tag left unclosed, ``+line`` without the space, rewards written ``1.0`` or
+tag left unclosed, an answer that starts inside its page (``</diff>`` or
+``</state>`` closes what came before any tag: ``</diff>`` first is an empty
+diff, as a small model trained from scratch sometimes writes one), ``+line``
+without the space, rewards written ``1.0`` or
 ``+1``, ``done`` as yes/no/true/false/1/0, and diff removal or context lines
 that name a line the page does not have. Such a line that starts with an
 element id the page has (``-   [e3] textbox: 9x`` where the page has
@@ -47,6 +50,7 @@ MAX_ANSWER_CHARS = 200_000
 """Longer answers are refused unread (a runaway generation, not a page)."""
 
 _OPEN = re.compile(r"<(think|diff|state|error|reward|done)>", re.IGNORECASE)
+_PAGE_CLOSE = re.compile(r"</(diff|state)>", re.IGNORECASE)
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*$", re.MULTILINE)
 _YES = {"yes", "y", "true", "1", "ended", "end", "done"}
@@ -127,6 +131,10 @@ def _fields(text: str) -> dict[str, str]:
         body = text[match.end() : end_of_body]
         close = re.search(rf"</{tag}>", body, re.IGNORECASE)
         fields[tag] = (body[: close.start()] if close else body).strip("\n").rstrip()
+    head = text[: opens[0].start()] if opens else text
+    unopened = _PAGE_CLOSE.search(head)  # the page's opening tag left out: the answer started inside it
+    if unopened and "diff" not in fields and "state" not in fields:
+        fields[unopened.group(1).lower()] = head[: unopened.start()].strip("\n").rstrip()
     return fields
 
 

@@ -166,6 +166,8 @@ CURRENT = FIRST.observation.state
         "<think>typing fills the box</think><diff>\n- [e2] textbox\n+ [e2] textbox: Ana\n</diff>"
         "<reward>+0</reward><done>false",
         "<state>\n" + toy_form.page(0, "Ana").state + "\n</state>\n<reward>0</reward>\n<done>no</done>",
+        "- [e2] textbox\n+ [e2] textbox: Ana\n</diff>\n<reward>0</reward>\n<done>no</done>",  # <diff> left out
+        toy_form.page(0, "Ana").state + "\n</STATE><reward>0</reward><done>no</done>",
     ],
 )
 def test_parser_tolerates_formatting_noise(answer: str) -> None:
@@ -178,6 +180,9 @@ def test_empty_or_none_diff_means_unchanged() -> None:
     for diff in ("", "(none)", "no change"):
         parsed = parse_answer(f"<diff>{diff}</diff><reward>1</reward><done>yes</done>", CURRENT)
         assert parsed.state == parse_state(CURRENT) and parsed.done
+    # the opening tag left out of an empty diff (a small model's slip): still no change
+    parsed = parse_answer("</diff>\n<reward>0</reward>\n<done>no</done>", CURRENT)
+    assert parsed.state == parse_state(CURRENT) and not parsed.done
 
 
 @pytest.mark.parametrize(
