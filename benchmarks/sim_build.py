@@ -253,10 +253,9 @@ def _differing_prompts(before: list[Any], after: list[Any]) -> int:
 def _epoch_tokens(examples: list[Any], config: Any) -> int:
     """The tokens of one epoch over ``examples`` with the tokenizer a build with ``config`` trains on them."""
     from dreamgym.simulator._loop import tokenize_example
-    from dreamgym.simulator._sft import _conversation, train_tokenizer
+    from dreamgym.simulator._sft import _conversation, scratch_tokenizer
 
-    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
-    tokenizer = train_tokenizer(texts, config.scratch.vocab_size, split=config.scratch.split)
+    tokenizer = scratch_tokenizer(examples, config.scratch)
     return sum(len(tokenize_example(tokenizer, *_conversation(e))) for e in examples)
 
 

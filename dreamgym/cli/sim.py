@@ -151,7 +151,7 @@ def _run_train(args: argparse.Namespace) -> int:
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,
         learning_rate=args.lr, max_steps=args.max_steps, device=args.device, dtype=args.dtype,
-        scratch=ScratchModelConfig(split=args.split or "punctuation"),
+        scratch=ScratchModelConfig() if args.split is None else ScratchModelConfig(split=args.split),
     )  # fmt: skip
 
     async def examples() -> list[Any]:

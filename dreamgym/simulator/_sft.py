@@ -109,8 +109,7 @@ class ScratchModelConfig:
     ``candidate-acts-words`` against ``candidate-acts``); the answers the model writes are shorter in tokens too."""
 
     def __post_init__(self) -> None:
-        if self.split not in SPLITS:
-            raise ConfigError(f"ScratchModelConfig.split must be one of {sorted(SPLITS)}, not {self.split!r}")
+        split_pattern(self.split, "ScratchModelConfig.split")
         if min(self.vocab_size, self.hidden_size, self.layers, self.heads, self.kv_heads) < 1:
             raise ConfigError("ScratchModelConfig's sizes must be >= 1")
 
@@ -121,6 +120,17 @@ SPLITS = {
 }
 """The pre-tokenizer of each :attr:`ScratchModelConfig.split`: ``None`` is the byte-level one's own rule, a pattern
 cuts the text into its matches first (every character lands in one: nothing is lost or reordered)."""
+
+
+def split_pattern(split: str, what: str = "split") -> str | None:
+    """The pattern of a :attr:`ScratchModelConfig.split` (:data:`SPLITS`).
+
+    Raises:
+        ConfigError: No such split.
+    """
+    if split not in SPLITS:
+        raise ConfigError(f"{what} must be one of {sorted(SPLITS)}, not {split!r}")
+    return SPLITS[split]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -644,12 +654,15 @@ def _base_model(examples: Sequence[SFTExample], config: SimTrainConfig) -> tuple
     if config.base != "scratch":
         base = str(resolve_model(config.base, what="SimTrainConfig.base"))
         return AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
-    tokenizer = train_tokenizer(
-        [m.content for e in examples for m in e.messages] + [e.completion for e in examples],
-        config.scratch.vocab_size,
-        split=config.scratch.split,
-    )
+    tokenizer = scratch_tokenizer(examples, config.scratch)
     return scratch_model(tokenizer, config.scratch, seed=config.seed), tokenizer
+
+
+def scratch_tokenizer(examples: Sequence[SFTExample], shape: ScratchModelConfig) -> Any:
+    """The tokenizer a scratch model of ``shape`` trains with on ``examples``: learned from their prompts and
+    answers, with the shape's vocabulary size and split."""
+    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
+    return train_tokenizer(texts, shape.vocab_size, split=shape.split)
 
 
 def train_tokenizer(texts: Sequence[str], vocab_size: int, *, split: str = "punctuation") -> Any:
@@ -659,10 +672,8 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, *, split: str = "punc
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if split not in SPLITS:
-        raise ConfigError(f"split must be one of {sorted(SPLITS)}, not {split!r}")
+    pattern = split_pattern(split)
     core = Tokenizer(models.BPE())
-    pattern = SPLITS[split]
     if pattern is None:
         core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:

@@ -30,6 +30,7 @@ from dreamgym.simulator._sft import (
     examples_digest,
     read_metadata,
     scratch_model,
+    scratch_tokenizer,
     train_experience_model,
     train_tokenizer,
 )
@@ -128,8 +129,7 @@ async def test_a_model_whose_tokenizer_splits_on_whitespace_trains_loads_and_rec
     backend = LocalBackend.load(out)
     # the loaded tokenizer is the one trained on the examples with that split, and cuts as it does: a piece can
     # join a bracket and the letters after it (GPT-2's rule keeps them apart)
-    texts = [m.content for e in examples for m in e.messages] + [e.completion for e in examples]
-    trained = train_tokenizer(texts, TINY.vocab_size, split="whitespace")
+    trained = scratch_tokenizer(examples, config.scratch)
     page = toy_form.page(1).state
     assert backend.tokenizer(page)["input_ids"] == trained(page)["input_ids"]
     assert any(re.fullmatch(r"\[e\d*\]?", piece) for piece in backend.tokenizer.tokenize(page))
