@@ -159,8 +159,9 @@ async def _collect(out: Path) -> dict[str, Any]:
                 await store.flush()  # a build waits for every step's embedding before it builds examples
                 figures[f"{name}_collect_s"] = round(time.perf_counter() - began, 1)
                 _remember(out, f"{name}_collect_s", figures[f"{name}_collect_s"])
-            else:
+            else:  # collected by an earlier run into the same --out: its time as that run measured it
                 figures[f"{name}_collect_s"] = _recall(out, f"{name}_collect_s")
+                figures.setdefault("collect_s_recalled", []).append(name)
             figures[f"{name}_steps"] = steps
     return figures
 
