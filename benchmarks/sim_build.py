@@ -34,11 +34,13 @@ it measures, as JSON lines, each against a baseline from the same run:
    naming the episode's earlier actions, the same batches, dreamgym's plain
    loop in bfloat16 mixed precision, the system message run once per
    micro-batch, a tokenizer that keeps runs of non-space characters whole,
-   the answer's outcome weighed three times), each timed; a build's time
-   is collection with the embedding
-   of every step (timed once: the same for both) + its example building +
-   its training; ``default`` in the results names the build whose recipe is
-   ``DEFAULT_TRAINING`` and ``DEFAULT_TEMPLATE`` at the commit that ran;
+   the answer's outcome weighed three times; the offline default's recipe
+   since 2026-12-05), each timed; a build's time is the collection of its
+   store with the embedding of every step (timed the first time a run
+   collects into ``--out``; ``collect_s_recalled`` names the stores a later
+   run found collected) + its example building + its training; ``default``
+   in the results names the build whose recipe is ``DEFAULT_TRAINING`` and
+   ``DEFAULT_TEMPLATE`` at the commit that ran;
 4. **fidelity** of both models on every real step of the held-out seeds, one
    step teacher-forced, beside the two baselines (copy the top retrieved
    transition, keep the page), on all steps and on steps where the real page
@@ -520,7 +522,10 @@ def candidate_training() -> Any:
     seed ended click-button-sequence's episodes on its first click again
     (termination 0.925 against 0.974 for the first seed); the outcome's weight
     kept both seeds above the issue's bars (``candidate-acts-words-outcome-3``
-    and ``-seed1`` there)."""
+    and ``-seed1`` there). Since 2026-12-05 this is the offline default's
+    recipe (``DEFAULT_TRAINING``, with :func:`candidate_template` as
+    ``DEFAULT_TEMPLATE``); it stays spelled out here, so that "after" is what
+    was measured if the default moves on."""
     before = before_training()
     return dataclasses.replace(
         before,

@@ -171,8 +171,9 @@ class SimTrainConfig:
     loop: str = "plain"
     """``"plain"``: dreamgym's own supervised loop (:mod:`dreamgym.simulator._loop`: micro-batches without
     padding, logits for the answer only; about three times TRL's tokens per second on a CPU:
-    ``benchmarks/sim_build.py``); ``"trl"``: TRL's ``SFTTrainer``, which the offline default still trains with
-    (the faster recipe measured there predicted worse). Both train the same loss on the same tokens."""
+    ``benchmarks/sim_build.py``; the offline default trains with it since 2026-12-05); ``"trl"``: TRL's
+    ``SFTTrainer``, which the offline default trained with before. Both train the same loss on the same tokens
+    (the plain loop alone can weigh the outcome, ``outcome_weight``)."""
     activation_checkpointing: bool = False
     """TRL's loop only: recompute each layer's forward pass during the backward one (less memory for a large base,
     one more forward pass per step, the same weights: ``tests/simulator/test_sft_loop.py``). TRL's own default is
