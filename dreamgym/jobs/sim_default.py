@@ -8,7 +8,8 @@ second run finds the model and returns):
    scripted demonstrator, for each training seed, one demonstrator episode
    and one random-explorer episode (successes, failures and detours);
 2. build SFT examples from them with the default prompt template
-   (history 1, retrieval 2, no reasoning — no teacher is reachable offline),
+   (history 1, retrieval 2, the earlier actions named, no reasoning — no
+   teacher is reachable offline),
    with the held-out seeds left out of examples and retrieval;
 3. train a small model from scratch with ``dreamgym.simulator``'s SFT
    pipeline: SmolLM2-135M takes ~2 s per synthetic step on these prompts on
