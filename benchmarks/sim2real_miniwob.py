@@ -4,8 +4,11 @@
 
 1. **Seed set** (the paper's offline real data): one demonstrator and one
    random-explorer episode per (task, seed) of ``--seed-set``, real, in
-   Chromium. The experience model is trained on it alone (``--sim-epochs``,
-   from scratch) and retrieves only from it; its digest goes in the results.
+   Chromium. The experience model is trained on it alone, from scratch, with
+   the offline default's recipe and template but ``--sim-epochs``
+   (``DEFAULT_TRAINING``, ``DEFAULT_TEMPLATE``; TRL's loop and the template
+   without earlier actions before 2026-12-05), and retrieves only from it;
+   its digest and recipe go in the results.
    The held-out seeds are never collected before evaluation, never retrieved
    and never trained on by anything.
 2. **Warm start**: the tiny index policy of ``benchmarks/learning_curve.py``,
@@ -41,6 +44,7 @@ the seed set is the same for every arm and counted apart.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import logging
@@ -113,11 +117,14 @@ def _arguments() -> argparse.Namespace:
 
 async def _experience_model(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """Collect the seed set and train the experience model on it alone (kept across invocations with one recipe)."""
-    from dreamgym.jobs.sim_default import CollectPlan, build_default
-    from dreamgym.simulator import SimTrainConfig, weights_digest
+    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING, CollectPlan, build_default
+    from dreamgym.simulator import weights_digest
 
     target = args.out / "sim-model"
-    recipe = {"tasks": names, "seed_set": args.seed_set, "sim_epochs": args.sim_epochs, "max_steps": args.max_steps}
+    train = dataclasses.replace(DEFAULT_TRAINING, epochs=args.sim_epochs)
+    recipe = {"tasks": names, "seed_set": args.seed_set, "sim_epochs": args.sim_epochs, "max_steps": args.max_steps,
+              "training": json.loads(json.dumps(dataclasses.asdict(train), default=str)),
+              "template": DEFAULT_TEMPLATE.template_id}  # fmt: skip
     stamp = args.out / "sim-model.recipe.json"
     fresh = not stamp.exists() or json.loads(stamp.read_text()) != recipe
     if fresh:
@@ -126,7 +133,6 @@ async def _experience_model(args: argparse.Namespace, names: list[str]) -> dict[
     started = time.perf_counter()
     plan = CollectPlan(tasks=names, seeds=lc._seeds(args.seed_set), explorers=1, max_steps=args.max_steps,
                        contexts=args.contexts)  # fmt: skip
-    train = SimTrainConfig(base="scratch", epochs=args.sim_epochs, max_length=1536)
     await build_default(plan=plan, train=train, out=target, force=fresh)
     stamp.write_text(json.dumps(recipe))
     seconds = time.perf_counter() - started
