@@ -117,13 +117,15 @@ def _arguments() -> argparse.Namespace:
 
 async def _experience_model(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """Collect the seed set and train the experience model on it alone (kept across invocations with one recipe)."""
+    from sim_build import as_recorded
+
     from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING, CollectPlan, build_default
     from dreamgym.simulator import weights_digest
 
     target = args.out / "sim-model"
     train = dataclasses.replace(DEFAULT_TRAINING, epochs=args.sim_epochs)
     recipe = {"tasks": names, "seed_set": args.seed_set, "sim_epochs": args.sim_epochs, "max_steps": args.max_steps,
-              "training": json.loads(json.dumps(dataclasses.asdict(train), default=str)),
+              "training": as_recorded(train),
               "template": DEFAULT_TEMPLATE.template_id}  # fmt: skip
     stamp = args.out / "sim-model.recipe.json"
     fresh = not stamp.exists() or json.loads(stamp.read_text()) != recipe
