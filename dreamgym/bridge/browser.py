@@ -89,11 +89,22 @@ class BrowserConfig:
     """Restart a browser process after it has served this many contexts."""
     viewport: tuple[int, int] = (1280, 720)
     """Fixed, so the same task and seed give the same page."""
-    launch_timeout_s: float = 30.0
+    launch_timeout_s: float = 60.0
+    """How long one launch of a browser process may take. Chromium starts in about 0.3 s on an idle 2-core
+    machine; on a loaded one (a CI runner training a model beside it) a start has taken over 30 s."""
+    launch_attempts: int = 3
+    """Launches tried, one after another, before a slot's browser counts as unable to start: a launch that
+    timed out or failed is killed and tried again, and only the last failure reaches the episode (as a
+    :class:`~dreamgym.core.errors.BackendError` naming every attempt)."""
 
     def __post_init__(self) -> None:
         if self.processes < 1 or self.max_contexts < 1 or self.recycle_every < 1:
             raise ConfigError("processes, max_contexts and recycle_every must each be >= 1")
+        if self.launch_attempts < 1 or not self.launch_timeout_s > 0:
+            raise ConfigError(
+                f"launch_attempts must be >= 1 and launch_timeout_s > 0; "
+                f"got {self.launch_attempts} and {self.launch_timeout_s}"
+            )
 
 
 class _Slot:
@@ -249,9 +260,28 @@ class BrowserPool:
     async def _relaunch(self, slot: _Slot) -> None:
         await self._close_browser(slot)
         assert self._playwright is not None
-        with anyio.fail_after(self.config.launch_timeout_s):
-            slot.browser = await self._playwright.chromium.launch(
-                executable_path=str(self._executable), args=list(CHROMIUM_ARGS), headless=True
+        timeout_s, attempts = self.config.launch_timeout_s, self.config.launch_attempts
+        failures: list[str] = []
+        for attempt in range(1, attempts + 1):
+            try:
+                # Playwright's own timeout kills the half-started process; the guard outside it covers a driver
+                # that stops answering.
+                with anyio.fail_after(timeout_s + 10):
+                    slot.browser = await self._playwright.chromium.launch(
+                        executable_path=str(self._executable),
+                        args=list(CHROMIUM_ARGS),
+                        headless=True,
+                        timeout=timeout_s * 1000,
+                    )
+                break
+            except Exception as exc:  # a timeout or a launch error: Playwright raises both as exceptions
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                failures.append(f"attempt {attempt}: {reason}")
+                log.warning("browser %d did not start (attempt %d of %d): %s", slot.index, attempt, attempts, reason)
+        else:
+            raise BackendError(
+                f"Chromium ({self._executable}) did not start in {attempts} attempt(s) of up to {timeout_s:g} s "
+                f"each: " + "; ".join(failures)
             )
         slot.served = 0
         slot.launches += 1

@@ -29,7 +29,7 @@ def test_collect_then_sim2real_then_resume(tmp_path: Path, tiny_models: tuple[Pa
     assert (result["synthetic_groups"], result["real_groups"]) == (1, 1)
     assert result["real_steps"] > 0 and result["synthetic_steps"] > 0 and result["model_calls"] > 0
     assert [e["update"] for e in result["evaluations"]] == [0, 2]
-    assert all(e["episodes"] == 1 for e in result["evaluations"])
+    assert all(e["episodes"] == 1 for e in result["evaluations"]), [e["cut_reasons"] for e in result["evaluations"]]
     assert (out / "checkpoint-1" / "dreamgym_trainer.json").exists()  # kept at the switch
     assert (out / "checkpoint-2" / "dreamgym_trainer.json").exists() and (out / "final").is_dir()
     logged = tensorboard_events(out / "runs")  # every figure reaches TensorBoard through TRL's loggers
