@@ -243,7 +243,7 @@ def _train(out: Path, name: str, examples: list[Any]) -> tuple[Path, dict[str, A
         outcome_weight=variant.outcome_weight,
         scratch=dataclasses.replace(before_training().scratch, split=variant.split),
         seed=variant.seed,
-        activation_checkpointing=False,  # the same weights, less compute (sim_build.SAME_WEIGHTS); on before 2026-12-04
+        activation_checkpointing=False,  # same weights, less compute (simulator.SAME_WEIGHTS); on before 2026-12-04
     )
     template = bare_template() if variant.template == "bare" else _examples_template(variant)
     target = out / f"model-{name}"

@@ -540,8 +540,8 @@ def candidate_training() -> Any:
 def default_build(builds: dict[str, Any]) -> str | None:
     """Which of the builds is the offline default's recipe (``DEFAULT_TRAINING``), by its training config. A
     field the recorded config lacks (added since) counts as its default value: the recipe it names is the same.
-    Settings that change only the speed, never the weights (:data:`SAME_WEIGHTS`), are not compared: such a
-    build is the default's model, though the default may now build faster than it did."""
+    Settings that change only the speed, never the weights (``dreamgym.simulator.SAME_WEIGHTS``), are not
+    compared: such a build is the default's model, though the default may now build faster than it did."""
     from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING
 
     return next(
@@ -561,29 +561,17 @@ def default_build(builds: dict[str, Any]) -> str | None:
 def same_weights(recorded: dict[str, Any] | None, config: Any) -> bool:
     """Whether a model trained with the ``recorded`` config (as metadata and results record it) has the weights
     ``config`` trains: a field the recorded config lacks (added since) counts as its default value, and settings
-    that change only the time (:data:`SAME_WEIGHTS`) are not compared."""
-    from dreamgym.simulator import SimTrainConfig
+    that change only the time (``dreamgym.simulator.SAME_WEIGHTS``) are not compared."""
+    from dreamgym.simulator import recipe_changes
 
-    if recorded is None:
-        return False
-
-    def recipe(config: dict[str, Any]) -> dict[str, Any]:
-        return {key: value for key, value in config.items() if key not in SAME_WEIGHTS}
-
-    defaults = as_recorded(SimTrainConfig())
-    # the scratch model's shape is recorded as a nested dict: a field it lacks counts as its default too
-    scratch = {**defaults["scratch"], **(recorded.get("scratch") or {})}
-    return recipe({**defaults, **recorded, "scratch": scratch}) == recipe(as_recorded(config))
-
-
-SAME_WEIGHTS = ("activation_checkpointing",)
-"""Training settings that change the time a build takes and not its weights (activation checkpointing recomputes
-the same forward pass: bit-identical weights in ``tests/simulator/test_sft_loop.py``)."""
+    return recorded is not None and not recipe_changes(recorded, config)
 
 
 def as_recorded(config: Any) -> Any:
     """A training config as a model's metadata and the results file record it (JSON, paths as strings)."""
-    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    from dreamgym.simulator import as_recorded as recorded
+
+    return recorded(config)
 
 
 def _builds(

@@ -369,8 +369,9 @@ def experience_model_source(args: argparse.Namespace, name: str, model_flag: str
     url = getattr(args, "sim_url", None)
     if not url:
         if name == "default":
-            from dreamgym.jobs.sim_default import default_model_dir
+            from dreamgym.jobs.sim_default import default_model_dir, warn_if_outdated
 
+            warn_if_outdated(default_model_dir())
             return default_model_dir()
         from dreamgym.core.models import is_hub_id, resolve_model
 

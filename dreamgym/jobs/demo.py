@@ -219,9 +219,11 @@ def experience_model_dir(settings: DemoSettings) -> Path | None:
     Raises:
         ConfigError: There is no model there; for the offline default, the message says how to build it.
     """
-    from dreamgym.jobs.sim_default import default_model_dir
+    from dreamgym.jobs.sim_default import default_model_dir, warn_if_outdated
 
     path = settings.sim_model
+    if path is not None and path == default_model_dir():
+        warn_if_outdated(path)
     if path is None or (path / "config.json").exists():
         return path
     if path == default_model_dir():

@@ -2,7 +2,8 @@
 
 A fresh machine with no keys and no GPU gets a working experience model this
 way (``make sim-default`` = ``python -m dreamgym.jobs.sim_default``, once; a
-second run finds the model and returns):
+second run finds the model and returns, unless it was trained with another
+recipe than today's, see :func:`build_default`):
 
 1. collect real transitions in headless Chromium: on each task that has a
    scripted demonstrator, for each training seed, one demonstrator episode
@@ -57,6 +58,8 @@ from dreamgym.simulator import (
     TemplateConfig,
     answer_text,
     build_sft_examples,
+    read_metadata,
+    recipe_changes,
     train_experience_model,
 )
 
@@ -73,7 +76,9 @@ __all__ = [
     "held_out_pairs",
     "held_out_store_dir",
     "no_op_answer",
+    "outdated",
     "train_on_store",
+    "warn_if_outdated",
 ]
 
 log = logging.getLogger(__name__)
@@ -198,10 +203,25 @@ async def build_default(
     embedder: Embedder | None = None,
     out: Path | None = None,
 ) -> Path:
-    """Collect (if the store is empty), build examples and train the default model; returns its directory."""
+    """Collect (if the store is empty), build examples and train the default model; returns its directory.
+
+    A model already there is returned as it is when its metadata records the recipe asked for (``train``, else
+    :data:`DEFAULT_TRAINING`, with :data:`DEFAULT_TEMPLATE`); one trained otherwise (a default built before the
+    recipe changed) is rebuilt, and kept at ``<directory>.previous`` once the new one is complete. ``force``
+    rebuilds in any case. The store is reused: collection happens only when it holds no real step.
+    """
     target = out or default_model_dir()
+    config = train or DEFAULT_TRAINING
+    replaced: Path | None = None
     if (target / "config.json").exists() and not force:
-        return target
+        changes = outdated(target, config)
+        if not changes:
+            return target
+        replaced = target.with_name(target.name + ".previous")
+        log.warning(
+            "the experience model in %s was trained with another recipe (%s); rebuilding it, the old one goes to %s",
+            target, "; ".join(changes), replaced,
+        )  # fmt: skip
     store_dir = default_store_dir() if out is None else out.with_name(out.name + "-data") / "store"
     plan = plan or CollectPlan()
     started = time.perf_counter()
@@ -218,7 +238,24 @@ async def build_default(
             "held_out_seeds": list(HELD_OUT_SEEDS),
             "held_out": held_out,
         }
-        return await train_on_store(store, target, train or DEFAULT_TRAINING, held_out=held_out, recipe=recipe)
+        return await train_on_store(store, target, config, held_out=held_out, recipe=recipe, replaced=replaced)
+
+
+def outdated(model: Path, config: SimTrainConfig = DEFAULT_TRAINING) -> list[str]:
+    """How the recipe the model in ``model`` was trained with differs from ``config`` and :data:`DEFAULT_TEMPLATE`
+    (``"name: then -> now"`` each, from its ``dreamgym_model.json``); empty when it is that recipe."""
+    meta = read_metadata(model)
+    return recipe_changes(meta.get("config"), config, recorded_template=meta.get("template"), template=DEFAULT_TEMPLATE)
+
+
+def warn_if_outdated(model: Path) -> None:
+    """Log a warning when the offline default in ``model`` predates the default's recipe (it still runs)."""
+    if (model / "config.json").exists() and (changes := outdated(model)):
+        log.warning(
+            "the offline default experience model in %s was built with an older recipe (%s); "
+            "`dreamgym sim build-default` rebuilds it with today's",
+            model, "; ".join(changes),
+        )  # fmt: skip
 
 
 async def train_on_store(
@@ -228,6 +265,7 @@ async def train_on_store(
     *,
     held_out: Sequence[tuple[str, int | None]],
     recipe: Mapping[str, object],
+    replaced: Path | None = None,
 ) -> Path:
     """Train an experience model on the store's real transitions with the default template, into ``target``.
 
@@ -235,7 +273,8 @@ async def train_on_store(
     example its neighbours); examples of the ``held_out`` (task, seed) pairs
     are left out, as their neighbours are; no-op steps are sampled down
     (:func:`balance`). The model is written beside ``target`` and renamed onto
-    it when complete, so a run cut short leaves no half model there.
+    it when complete, so a run cut short leaves no half model there; a model already at ``target`` is deleted
+    then, or moved to ``replaced`` when that is given.
     """
     await store.flush()
     examples = balance(await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out))
@@ -244,6 +283,9 @@ async def train_on_store(
     await anyio.to_thread.run_sync(
         lambda: train_experience_model(examples, partial, config, template=DEFAULT_TEMPLATE, extra_metadata=recipe)
     )
+    if replaced is not None and target.exists():
+        shutil.rmtree(replaced, ignore_errors=True)
+        target.rename(replaced)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target

@@ -45,6 +45,7 @@ from dreamgym.simulator._fidelity import (
 from dreamgym.simulator._load import STRUCTURED_OUTPUTS, ServedModel, StructuredOutput, load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
+from dreamgym.simulator._recorded import SAME_WEIGHTS, as_recorded, recipe_changes
 from dreamgym.simulator._rules import (
     FOCUSABLE_ROLES,
     LIST_ROLES,
@@ -83,6 +84,7 @@ __all__ = [
     "MAX_ANSWER_CHARS",
     "MAX_PAST_ACTIONS",
     "METADATA_FILE",
+    "SAME_WEIGHTS",
     "STRUCTURED_OUTPUTS",
     "TEXT_ROLES",
     "VARIATION_TEMPLATE_ID",
@@ -113,6 +115,7 @@ __all__ = [
     "answer_pattern",
     "answer_text",
     "apply_rules",
+    "as_recorded",
     "build_sft_examples",
     "call_cache_key",
     "examples_digest",
@@ -129,6 +132,7 @@ __all__ = [
     "real_episodes",
     "real_start",
     "real_start_pages",
+    "recipe_changes",
     "score_prediction",
     "score_step",
     "select_seed_tasks",
