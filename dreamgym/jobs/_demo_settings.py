@@ -27,8 +27,9 @@ perfect and has a decision left to learn (which named choice comes when, which t
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoSettings:
-    """What the demo runs. The defaults took 11 min 50 s on 2 CPU cores on a slow draw of the machine, after 2 min
-    20 s of setup from a fresh clone (``benchmarks/results/first_run.json`` at 437e062: 61 s of it the refit).
+    """What the demo runs. The defaults took 10 min 31 s on a 2-core AMD EPYC without bfloat16 units, after 98 s
+    of setup from a fresh clone (``benchmarks/results/first_run.json`` at ea89a7e: 45 s of it the refit); 11 min
+    50 s on a slow draw of the machine, after 2 min 20 s of setup (at 437e062).
 
     Example:
         >>> DemoSettings(tasks=("click-button",), train_seeds=(0,), held_out_seeds=(1000,), rollout_groups=2)
