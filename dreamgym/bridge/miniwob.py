@@ -2,8 +2,13 @@
 
 Pages are served by a small HTTP server on 127.0.0.1 that this site runs (the
 flight tasks need http, and one origin for all tasks keeps the allowlist
-simple). An episode is seeded with ``Math.seedrandom(seed)`` and started with
-``core.startEpisodeReal()``; its utterance becomes ``Observation.goal``.
+simple), on port :data:`PORT` where it is free: the page's URL is part of every
+observation, and so of the policy's and the experience model's prompts, so a
+port drawn afresh by each run would make the same task and seed read
+differently from run to run (and a model trained on one run's pages meet an
+unseen URL in the next). An episode is seeded with ``Math.seedrandom(seed)``
+and started with ``core.startEpisodeReal()``; its utterance becomes
+``Observation.goal``.
 
 Reward: 1 iff the page's *raw* reward is positive when the task ends, else 0.
 MiniWoB's own reward decays with wall-clock time, which would punish a slow
@@ -32,6 +37,7 @@ __all__ = [
     "EXCLUDED",
     "FLIGHT_TASKS",
     "NONDETERMINISTIC",
+    "PORT",
     "MiniWobSite",
     "all_tasks",
     "miniwob_html",
@@ -178,11 +184,19 @@ _START = """(seed) => {
 _OUTCOME = "() => [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL]"
 
 
+PORT = 28610
+"""The port MiniWoB++ pages are served on by default: one fixed port, so that observations (which carry the URL)
+are the same in every run. Below Linux's ephemeral range, so an outgoing connection does not hold it."""
+
+
 class MiniWobSite:
     """The ``miniwob`` site; ``task(name)`` makes its tasks. Close it to stop its server.
 
     Args:
         html_dir: MiniWoB's ``html`` directory (default: the installed package's).
+        port: The port to serve on (default :data:`PORT`). Where it is taken (another site open at the same
+            time, in this process or another), the server takes a free one and logs so: its pages' URLs then
+            differ from those of runs on ``port``. ``0``: any free port.
         reuse_pages: Start the next episode on the same page, reset in place by
             MiniWoB's own ``startEpisodeReal`` (about 0.1 s instead of 0.5 s for a
             new browser context). MiniWoB keeps nothing between episodes that a
@@ -195,8 +209,13 @@ class MiniWobSite:
 
     name = "miniwob"
 
-    def __init__(self, html_dir: Path | None = None, *, reuse_pages: bool = True, settle: bool = False) -> None:
+    def __init__(
+        self, html_dir: Path | None = None, *, port: int = PORT, reuse_pages: bool = True, settle: bool = False
+    ) -> None:
+        if not 0 <= port < 65536:
+            raise ConfigError(f"MiniWobSite port must be in 0-65535 (0: any free port), got {port}")
         self.html_dir = html_dir or miniwob_html()
+        self.port = port
         self.reuse_pages = reuse_pages
         self.settle = settle
         self._server: http.server.ThreadingHTTPServer | None = None
@@ -209,7 +228,14 @@ class MiniWobSite:
         with self._lock:
             if self._server is None:
                 handler = functools.partial(_QuietHandler, directory=str(self.html_dir))
-                self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+                try:
+                    self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+                except OSError as exc:  # taken: serve anyway, on a free port
+                    self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+                    log.info(
+                        "MiniWoB++ port %d is not free (%s); serving on %d, so page URLs differ from runs on %d",
+                        self.port, exc.strerror, self._server.server_address[1], self.port,
+                    )  # fmt: skip
                 self._thread = threading.Thread(target=self._server.serve_forever, name="miniwob-http", daemon=True)
                 self._thread.start()
             return f"http://127.0.0.1:{self._server.server_address[1]}/"

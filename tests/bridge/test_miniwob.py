@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import signal
+import socket
 
 import anyio
 import pytest
@@ -24,6 +26,7 @@ from dreamgym.bridge import (
     mistaken_goal,
     text_tasks,
 )
+from dreamgym.bridge.miniwob import PORT
 from dreamgym.core import (
     ConfigError,
     Observation,
@@ -170,6 +173,39 @@ async def test_the_same_task_and_seed_give_byte_identical_observations(pool: Bro
     await env.aclose()
     await fresh.aclose()
     isolated.close()
+
+
+async def test_a_site_serves_on_its_fixed_port_so_two_runs_observe_the_same_url(
+    pool: BrowserPool, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert MiniWobSite().port == PORT  # the default: one port for every run
+    with socket.socket() as probe:  # a port free now, for this test alone (the session's site may hold PORT)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    observed = []
+    for _ in range(2):  # two runs, one after the other, each with its own site
+        site = MiniWobSite(port=port)
+        env = BrowserEnv(pool, sites=[site])
+        observed.append(await env.reset(site.task("click-checkboxes"), seed=3))
+        await env.aclose()
+        site.close()
+    assert observed[0] == observed[1]  # the URL included
+    assert observed[0].url == f"http://127.0.0.1:{port}/miniwob/click-checkboxes.html"
+
+    # While one site holds the port, another still serves, on a free port, and says so.
+    holder, other = MiniWobSite(port=port), MiniWobSite(port=port)
+    try:
+        with caplog.at_level(logging.INFO, logger="dreamgym.bridge.miniwob"):
+            assert holder.base_url == f"http://127.0.0.1:{port}/" != other.base_url
+        assert f"MiniWoB++ port {port} is not free" in caplog.text
+        env = BrowserEnv(pool, sites=[other])
+        assert (await env.reset(other.task("click-checkboxes"), seed=3)).state == observed[0].state
+        await env.aclose()
+    finally:
+        holder.close()
+        other.close()
+    with pytest.raises(ConfigError, match="port"):
+        MiniWobSite(port=70000)
 
 
 async def test_miniwob_passes_check_environment(pool: BrowserPool, miniwob: MiniWobSite) -> None:
