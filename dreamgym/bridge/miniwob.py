@@ -177,6 +177,9 @@ _START = """(seed) => {
         style.textContent = '#reward-display, #click-canvas, #sync-task-cover { display: none !important; }';
         document.head.appendChild(style);
     }
+    // A page reset in place keeps the element the last episode left focused (tasks that keep their inputs
+    // between episodes): let go of it, so an episode starts as it would on a fresh page.
+    if (document.activeElement && document.activeElement !== document.body) document.activeElement.blur();
     Math.seedrandom(seed);
     core.EPISODE_MAX_TIME = 1e9;
     core.startEpisodeReal();

@@ -175,6 +175,25 @@ async def test_the_same_task_and_seed_give_byte_identical_observations(pool: Bro
     isolated.close()
 
 
+async def test_a_page_reset_in_place_starts_as_a_fresh_one_whatever_the_last_episode_focused(
+    pool: BrowserPool, miniwob: MiniWobSite
+) -> None:
+    fresh_site = MiniWobSite(port=0, reuse_pages=False)
+    env, fresh = BrowserEnv(pool, sites=[miniwob]), BrowserEnv(pool, sites=[fresh_site])
+    try:
+        for name in ("enter-password", "login-user"):  # their inputs stay on the page between episodes
+            task = miniwob.task(name)
+            first = await env.reset(task, seed=4)
+            await env.step(parse_action("click [e3]"))  # the last episode leaves a box focused
+            again = await env.reset(task, seed=4)
+            assert again == first, name  # focused_id included
+            assert (await fresh.reset(fresh_site.task(name), seed=4)).focused_id == first.focused_id, name
+    finally:
+        await env.aclose()
+        await fresh.aclose()
+        fresh_site.close()
+
+
 async def test_a_site_serves_on_its_fixed_port_so_two_runs_observe_the_same_url(
     pool: BrowserPool, caplog: pytest.LogCaptureFixture
 ) -> None:
