@@ -27,8 +27,8 @@ perfect and has a decision left to learn (which named choice comes when, which t
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoSettings:
-    """What the demo runs. The defaults took 10 min 31 s on a 2-core AMD EPYC without bfloat16 units, after 98 s
-    of setup from a fresh clone (``benchmarks/results/first_run.json`` at ea89a7e: 45 s of it the refit); 11 min
+    """What the demo runs. The defaults took 9 min 15 s on a 2-core AMD EPYC without bfloat16 units, after 89 s
+    of setup from a fresh clone (``benchmarks/results/first_run.json`` at b35fd2f: 37 s of it the refit); 11 min
     50 s on a slow draw of the machine, after 2 min 20 s of setup (at 437e062).
 
     Example:
@@ -80,8 +80,10 @@ class DemoSettings:
     warm_epochs: float = 1.0
     """Epochs of behaviour cloning on the seed set's demonstrator episodes before the first evaluation
     (0 skips the warm start). One epoch leaves the policy most of its tasks to learn (3 solved 68 of the 80
-    held-out episodes before any RL in ``first_run.json`` of 9a36050, and RL then had little to show); where
-    it starts varies from run to run, since the seed set, and so the tiny policy's tokenizer, does."""
+    held-out episodes before any RL in ``first_run.json`` of 9a36050, and RL then had little to show). Where
+    it starts depends on the demonstrations' pages (the tiny policy's tokenizer is learnt from them), and
+    since b35fd2f those are the same in every run, so one commit gives one warm start (84/160 twice there);
+    before, each run's port and a reused page's leftover focus moved it (136/160, then 108/160, at ea89a7e)."""
     sim_model: Path | None = None
     """An experience model's directory (the offline default: ``dreamgym sim build-default``); ``None``: a
     demo-size model trained in phase 2 on the seed set (:data:`DEMO_SIM_SIZE`, ``sim_epochs``)."""
