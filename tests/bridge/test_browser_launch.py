@@ -34,7 +34,8 @@ def stalling_chromium(tmp_path: Path, *, stalls: int) -> tuple[Path, Path]:
 
 async def test_a_launch_that_stalls_is_tried_again(tmp_path: Path) -> None:
     script, calls = stalling_chromium(tmp_path, stalls=1)
-    config = BrowserConfig(executable=str(script), processes=1, launch_timeout_s=3, launch_attempts=2)
+    # 10 s: the stalled start costs that much; the real one, about 0.3 s idle, has room on a loaded machine
+    config = BrowserConfig(executable=str(script), processes=1, launch_timeout_s=10, launch_attempts=2)
     async with BrowserPool(config) as pool:
         async with pool.context() as lease:
             page = await lease.context.new_page()
