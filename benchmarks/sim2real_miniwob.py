@@ -117,10 +117,8 @@ def _arguments() -> argparse.Namespace:
 
 async def _experience_model(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """Collect the seed set and train the experience model on it alone (kept across invocations with one recipe)."""
-    from sim_build import as_recorded
-
     from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, DEFAULT_TRAINING, CollectPlan, build_default
-    from dreamgym.simulator import weights_digest
+    from dreamgym.simulator import as_recorded, weights_digest
 
     target = args.out / "sim-model"
     train = dataclasses.replace(DEFAULT_TRAINING, epochs=args.sim_epochs)

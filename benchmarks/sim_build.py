@@ -567,19 +567,12 @@ def same_weights(recorded: dict[str, Any] | None, config: Any) -> bool:
     return recorded is not None and not recipe_changes(recorded, config)
 
 
-def as_recorded(config: Any) -> Any:
-    """A training config as a model's metadata and the results file record it (JSON, paths as strings)."""
-    from dreamgym.simulator import as_recorded as recorded
-
-    return recorded(config)
-
-
 def _builds(
     args: argparse.Namespace, examples: dict[str, list[Any]], data: dict[str, Any], ex: dict[str, Any]
 ) -> dict[str, Any]:
     """Train the default as before and as now, each on its own examples; the build time adds collection and
     example building."""
-    from dreamgym.simulator import examples_digest, read_metadata, train_experience_model, weights_digest
+    from dreamgym.simulator import as_recorded, examples_digest, read_metadata, train_experience_model, weights_digest
 
     configs = (
         {"after": candidate_training()}

@@ -222,11 +222,14 @@ def experience_model_dir(settings: DemoSettings) -> Path | None:
     from dreamgym.jobs.sim_default import default_model_dir, warn_if_outdated
 
     path = settings.sim_model
-    if path is not None and path == default_model_dir():
+    if path is None:
+        return None
+    is_default = path == default_model_dir()
+    if is_default:
         warn_if_outdated(path)
-    if path is None or (path / "config.json").exists():
+    if (path / "config.json").exists():
         return path
-    if path == default_model_dir():
+    if is_default:
         raise ConfigError(
             f"the offline default experience model is not built yet ({path}); build it once with "
             "`dreamgym sim build-default` (= `make sim-default`, `python -m dreamgym.jobs.sim_default`), "
