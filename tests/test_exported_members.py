@@ -19,6 +19,7 @@ PACKAGES = [
     "dreamgym.render",
     "dreamgym.jobs",
     "dreamgym.adapters",
+    "dreamgym.textworlds",
 ]
 
 

@@ -59,7 +59,11 @@ TASKS_HELP = (
 )
 
 
-RUN_TASKS_HELP = TASKS_HELP + "; or webarena:PATH, a WebArena-format config file or folder (any site, see --site)"
+RUN_TASKS_HELP = (
+    TASKS_HELP + "; or webarena:PATH, a WebArena-format config file or folder (any site, see --site); or text "
+    "worlds: textworld:cooking?recipe=2&take=1 (generated, one game per seed), textworld:custom?rooms=2&quest=2, "
+    "textworld:PATH (.z8 games, an ALFWorld folder)"
+)
 
 
 def task_names(text: str) -> list[str]:
@@ -86,7 +90,7 @@ def task_names(text: str) -> list[str]:
         site, colon, rest = name.partition(":")
         if colon and site != "miniwob":
             raise UsageError(f"--tasks {name!r}: give MiniWoB++ tasks (miniwob:NAME or bare names) here; "
-                             "or webarena:PATH for a WebArena-format config")  # fmt: skip
+                             "or webarena:PATH (WebArena-format configs), or textworld:... (text worlds)")  # fmt: skip
         name = rest if colon else name
         if name == "all":
             found += text_tasks()
@@ -113,7 +117,8 @@ def parse_tasks(spec: str, sites: Sequence[str], *, max_steps: int | None = None
     WebArena-format config, on any site, does not: one group per task, held out by task id).
 
     Args:
-        spec: ``--tasks``: MiniWoB++ names (:func:`task_names`) or ``webarena:PATH``.
+        spec: ``--tasks``: MiniWoB++ names (:func:`task_names`), ``webarena:PATH`` or ``textworld:...``
+            (:func:`dreamgym.textworlds.parse_text_world_tasks`).
         sites: ``--site NAME=URL`` values filling the configs' ``__NAME__`` placeholders.
         max_steps: Every task's step limit (``None``: as the task or its config sets it).
 
@@ -127,6 +132,13 @@ def parse_tasks(spec: str, sites: Sequence[str], *, max_steps: int | None = None
     from dreamgym.core.errors import ConfigError, UsageError
 
     spec = spec.strip()
+    if spec.startswith("textworld:"):
+        from dreamgym.textworlds import parse_text_world_tasks
+
+        try:
+            return parse_text_world_tasks(spec, max_steps=max_steps or 0)
+        except ConfigError as exc:
+            raise UsageError(f"--tasks {spec!r}: {exc}") from None
     if spec.startswith("webarena:"):
         from dreamgym.bridge import load_webarena, placeholders, site_urls
 

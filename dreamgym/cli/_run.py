@@ -75,7 +75,7 @@ def check_run_arguments(args: argparse.Namespace) -> list[Any]:
             raise UsageError("--max-new-tokens and --server-concurrency must be >= 1 and --timeout above 0")
         if args.stop is not None and len(args.stop) > 4:
             raise UsageError(f"--stop: OpenAI-compatible servers take at most 4 stop strings, got {len(args.stop)}")
-    if getattr(args, "policy", None) == "demonstrator":
+    if getattr(args, "policy", None) == "demonstrator" and not _text_worlds(args):
         from dreamgym.bridge.demonstrators import DEMONSTRATORS
 
         names = [task.task_id.removeprefix("miniwob/") for task in tasks]
@@ -88,6 +88,10 @@ def check_run_arguments(args: argparse.Namespace) -> list[Any]:
 
 def run_policy(args: argparse.Namespace, limiter: Any) -> Any:
     """The policy ``--policy`` names, with its settings (a local model shares ``limiter``'s torch slots)."""
+    if args.policy == "demonstrator" and _text_worlds(args):
+        from dreamgym.textworlds import WalkthroughDemonstrator
+
+        return WalkthroughDemonstrator(seeds=parse_seeds(args.seeds))
     if args.policy == "demonstrator":
         from dreamgym.bridge import MiniWobDemonstrator
 
@@ -117,7 +121,7 @@ def open_run(
     args: argparse.Namespace, sites: Sequence[Any], *, simulator: bool
 ) -> AbstractAsyncContextManager[tuple[Any, Any]]:
     """Open the store, the browsers, the policy and (for rollouts) the simulator; yields (runtime, sides)."""
-    from dreamgym.jobs import StackSettings, open_runtime
+    from dreamgym.jobs import StackSettings, open_runtime, real_envs_for
     from dreamgym.runtime import RuntimeConfig
 
     concurrency = 1 if args.reset_command else args.concurrency  # a reset serves one episode at a time
@@ -128,8 +132,13 @@ def open_run(
         sites=tuple(sites),
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency),
         workers=worker_config(args),
+        real_envs=real_envs_for(run_tasks(args)[0]),
     )
     return open_runtime(settings, lambda limiter: run_policy(args, limiter))
+
+
+def _text_worlds(args: argparse.Namespace) -> bool:
+    return str(args.tasks).strip().startswith("textworld:")
 
 
 def run_groups(args: argparse.Namespace, *, real_share: float, shadow: bool = False) -> list[Any]:

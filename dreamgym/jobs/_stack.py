@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from dreamgym.core.protocols import Embedder, Environment, ExperienceModel, Policy, ReplayStore, TextBackend
+from dreamgym.core.types import Task
 from dreamgym.runtime import ModelSlot, OpenSides, Refit, ResetHook, Runtime, RuntimeConfig, Sides, WorkerConfig
 
 if TYPE_CHECKING:
@@ -36,16 +37,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PolicyFactory",
+    "RealEnvs",
     "StackSettings",
     "grounded_simulator",
     "open_browser_envs",
     "open_runtime",
     "open_stack",
+    "real_envs_for",
     "stack_sides",
 ]
 
 PolicyFactory = Callable[[anyio.CapacityLimiter], Policy]
 """Makes the runtime's policy, given the limiter that in-process torch work shares."""
+
+RealEnvs = Callable[[], AbstractAsyncContextManager[Callable[[], Environment]]]
+"""Opens what real environments need and yields a factory of them (:func:`open_browser_envs` by default)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +90,28 @@ class StackSettings:
     curriculum_backend: TextBackend | None = None
     """The chat model that varies tasks (``TrainConfig.curriculum``); closed with the stack."""
     reset_hook: ResetHook | None = None
+    real_envs: RealEnvs | None = None
+    """Opens the real environments in place of Chromium and the sites (``None``: :func:`open_browser_envs`):
+    :func:`real_envs_for` gives text-world tasks theirs (``dreamgym.textworlds.open_text_world_envs``).
+    It must pickle, with ``workers``."""
+
+
+def real_envs_for(tasks: Sequence[Task]) -> RealEnvs | None:
+    """What opens the real environments of ``tasks``: text worlds' own when every task is one, ``None``
+    (Chromium) when none is.
+
+    Raises:
+        ConfigError: Text-world tasks mixed with web tasks (run them apart).
+    """
+    from dreamgym.core.errors import ConfigError
+    from dreamgym.textworlds import is_text_world, open_text_world_envs
+
+    text = [is_text_world(task) for task in tasks]
+    if text and all(text):
+        return open_text_world_envs
+    if any(text):
+        raise ConfigError("text-world tasks and web tasks run apart: give one kind of --tasks per run")
+    return None
 
 
 @asynccontextmanager
@@ -115,7 +143,7 @@ async def open_stack(settings: StackSettings, limiter: anyio.CapacityLimiter) ->
             eval_store = await stack.enter_async_context(
                 LmdbReplayStore(settings.eval_store, embedder=settings.eval_embedder or settings.embedder)
             )
-        real_envs = functools.partial(open_browser_envs, settings.sites, settings.browsers)
+        real_envs = settings.real_envs or functools.partial(open_browser_envs, settings.sites, settings.browsers)
         if settings.workers is not None:
             from dreamgym.runtime import RayWorkers
 

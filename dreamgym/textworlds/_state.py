@@ -1,0 +1,136 @@
+"""A text world's moment in ``core``'s abstract state format: the decision, and the pure functions that make it.
+
+Decision: a text observation *is* a state of :mod:`dreamgym.core.state`, one element per line, so the
+experience model, the policies, retrieval, the fidelity metrics and the viewer read it without knowing the
+side. The game's text becomes static elements; its admissible commands become buttons; a text box takes a
+typed command::
+
+    heading "Kitchen"
+    paragraph: You see a fridge. The fridge contains a block of cheese.
+    region "feedback": You take the block of cheese from the fridge.
+    region "inventory": You are carrying: a block of cheese.
+    region "score": 1 of 3
+    [cmd] textbox "command"
+    list "commands"
+      [c1] button "close fridge"
+      [c2] button "eat block of cheese"
+
+- The room's name (TextWorld's ``-= Kitchen =-``) is the heading; each paragraph of the room's description
+  is a ``paragraph`` line; the game's answer to the last command, the inventory and the score are regions
+  (each paragraph joined into one line, whitespace collapsed).
+- Every admissible command is a ``button`` named by its text. Ids are episode-local and given in order of
+  first appearance (``c1``, ``c2``, ...), as the bridge numbers a page's elements: a command keeps its id
+  for the whole episode, the same game and commands give the same observation, and a model that meets a
+  new command writes the next free id (fidelity matches elements by role and name, never by id).
+- Actions stay ``core``'s: ``click [c2]`` sends the command the button names (choosers see it as
+  ``click [c2] "eat block of cheese"``, :func:`~dreamgym.core.actions.candidate_actions`), and
+  ``type [cmd] [open the fridge]`` sends any text, which is how a chat policy types a command. Every
+  other web action comes back as ``last_action_error``.
+- The candidate actions of the next state are part of the state the experience model predicts (the
+  ``list "commands"``), not derived by a rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from dreamgym.core.state import Element, State, render_state
+
+__all__ = ["COMMAND_BOX", "CommandIds", "TextFrame", "clean_game_text", "render_text_state"]
+
+COMMAND_BOX = "cmd"
+"""The id of the text box a typed command goes into (``type [cmd] [open fridge]``)."""
+
+_ROOM = re.compile(r"^-=\s*(?P<room>.+?)\s*=-$")
+_PROMPT = re.compile(r"^>", re.MULTILINE)
+_GAME_OVER = re.compile(r"\bWould you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command\?.*", re.S)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextFrame:
+    """What a text world shows at one moment, as the game gives it (cleaned by :func:`clean_game_text`)."""
+
+    description: str = ""
+    """The room: TextWorld's ``look`` text (``-= Room =-`` then paragraphs)."""
+    feedback: str = ""
+    """The game's answer to the last command; empty at an episode's start."""
+    inventory: str = ""
+    score: int | None = None
+    max_score: int | None = None
+    commands: tuple[str, ...] = ()
+    """The admissible commands, in the game's order."""
+
+
+@dataclass(slots=True)
+class CommandIds:
+    """Episode-local ids of commands, in order of first appearance (``c1``, ``c2``, ...)."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+
+    def id_of(self, command: str) -> str:
+        known = self.ids.get(command)
+        if known is None:
+            known = self.ids[command] = f"c{len(self.ids) + 1}"
+        return known
+
+    def command_of(self, element_id: str) -> str | None:
+        """The command an id was given to, or ``None``."""
+        return next((command for command, known in self.ids.items() if known == element_id), None)
+
+
+def clean_game_text(text: str | None) -> str:
+    """A game's raw output without its prompt, status line and end-of-game menu; lines kept, spaces collapsed.
+
+    Example:
+        >>> clean_game_text("\\nYou take the apple.\\n\\n>  -= Kitchen =-0/2")
+        'You take the apple.'
+    """
+    if not text:
+        return ""
+    prompt = _PROMPT.search(text)
+    if prompt is not None:
+        text = text[: prompt.start()]
+    text = _GAME_OVER.sub("", text)
+    lines = [" ".join(line.split()) for line in text.split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [" ".join(part.split()) for part in re.split(r"\n\s*\n|\n", text) if part.strip()]
+
+
+def _room_elements(description: str) -> Iterable[Element]:
+    for line in _paragraphs(description):
+        room = _ROOM.match(line)
+        if room is not None:
+            yield Element(role="heading", name=room["room"])
+        else:
+            yield Element(role="paragraph", text=line)
+
+
+def _region(name: str, text: str) -> Sequence[Element]:
+    joined = " ".join(_paragraphs(text))
+    return [Element(role="region", name=name, text=joined)] if joined else []
+
+
+def render_text_state(frame: TextFrame, ids: CommandIds) -> str:
+    """The abstract state of ``frame`` (see the module docstring); gives new commands their ids in ``ids``.
+
+    Example:
+        >>> print(render_text_state(TextFrame(description="-= Attic =-", commands=("look",)), CommandIds()))
+        heading "Attic"
+        [cmd] textbox "command"
+        list "commands"
+          [c1] button "look"
+    """
+    elements: list[Element] = [*_room_elements(frame.description)]
+    elements += _region("feedback", frame.feedback)
+    elements += _region("inventory", frame.inventory)
+    if frame.score is not None and frame.max_score:
+        elements.append(Element(role="region", name="score", text=f"{frame.score} of {frame.max_score}"))
+    elements.append(Element(role="textbox", name="command", id=COMMAND_BOX))
+    buttons = tuple(Element(role="button", name=command, id=ids.id_of(command)) for command in frame.commands)
+    elements.append(Element(role="list", name="commands", children=buttons))
+    return render_state(State(tuple(elements)))
