@@ -45,13 +45,21 @@ def commit() -> str:
 def provenance() -> dict[str, Any]:
     """What a results file records of its run: the date, :func:`commit`, the command
     (``python benchmarks/<this script> <its arguments>``) and the :func:`machine`."""
-    script = f"benchmarks/{Path(sys.argv[0]).name}"
+    script = _script(Path(sys.argv[0]))
     return {
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
         "command": "python " + shlex.join([script, *sys.argv[1:]]),
         "machine": machine(),
     }
+
+
+def _script(path: Path) -> str:
+    """The script's path from the repository's root (``benchmarks/probes/x.py`` for a probe)."""
+    try:
+        return path.resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
+    except ValueError:
+        return f"benchmarks/{path.name}"
 
 
 def machine() -> dict[str, Any]:

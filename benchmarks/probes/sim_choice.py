@@ -1,6 +1,6 @@
 """Which offline default: a small model from scratch, or SmolLM2-135M + LoRA? Fidelity per second, measured.
 
-    python benchmarks/sim_choice.py [--lora-examples 400] [--eval-steps 150]
+    python benchmarks/probes/sim_choice.py [--lora-examples 400] [--eval-steps 150]
 
 Both candidates go through the same template, parser and backend code. The
 scratch model is the one ``python -m dreamgym.jobs.sim_default`` built; SmolLM2 is

@@ -1,6 +1,6 @@
 """Where the experience model's reward is wrong, per task: the pages behind the synthetic arm's shortfall.
 
-    python benchmarks/sim_reward_probe.py [--tasks a,b,c] [--seed-set 0-79] [--held-out-seeds 1000-1033]
+    python benchmarks/probes/sim_reward_probe.py [--tasks a,b,c] [--seed-set 0-79] [--held-out-seeds 1000-1033]
 
 ``sim2real_miniwob.py`` trains its synthetic arm on the experience model's
 rewards. If the model rewards an episode the real page fails (a false
@@ -43,12 +43,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _report, the scripts reused
+
 import anyio
 import learning_curve as lc
 import sim2real_miniwob as s2r
 from _report import emit
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Can the tiny index policy learn a task from demonstrations at all? Held-out label accuracy after behaviour cloning.
 
-    python benchmarks/warm_start_probe.py [--tasks click-button] [--epochs 2,4,8,16] [--lm-weights 0,1]
+    python benchmarks/probes/warm_start_probe.py [--tasks click-button] [--epochs 2,4,8,16] [--lm-weights 0,1]
 
 Collects one demonstrator episode per (task, seed) of ``--train-seeds`` and
 ``--val-seeds`` (disjoint), builds the tiny index policy on the training
@@ -28,11 +28,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _report, the scripts reused
+
 import anyio
 import learning_curve as lc
 from _report import emit
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """The demo's training phase again from one kept warm start, once per arm (other settings), each evaluated after.
 
-    python benchmarks/demo_arms.py --from .cache/demo --arm seed=0 --arm seed=0,step_cost=0.05 [--commit-results]
+    python benchmarks/probes/demo_arms.py --from .cache/demo --arm seed=0 --arm seed=0,step_cost=0.05 [--commit-results]
 
 A demo draw varies in its seed set, so in its tiny policy's tokenizer, its
 warm start and its "before" figure: two settings compared over separate
@@ -40,10 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _report, the scripts reused
+
 import _report as report
 import anyio
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 KEPT = ("policy", "experience-model", "store")
 """What an arm copies from the kept demo: its warm-started policy, its experience model and its store."""

@@ -1,6 +1,6 @@
 """One experience model's one-step fidelity, its answers read by the parser as it was and as it is, in one run.
 
-    python benchmarks/sim_parse.py --from DIR [--model model-after] [--commit-results]
+    python benchmarks/probes/sim_parse.py --from DIR [--model model-after] [--commit-results]
 
 ``DIR`` is a kept ``benchmarks/sim_build.py --out`` directory: its ``held_out``
 store (the real steps of the held-out seeds), its ``train`` store (what the
@@ -34,10 +34,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _report, the scripts reused
+
 import _report as report
 import anyio
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "sim_parse.json"
 
 

@@ -1,8 +1,8 @@
 """Runtime figures, each beside its ideal (JSON lines on stdout).
 
-    python benchmarks/runtime_bench.py                     # throughput at 1..1024, then a 180 s soak
-    python benchmarks/runtime_bench.py --soak-seconds 0    # throughput only
-    python benchmarks/runtime_bench.py --quick             # up to 256 in flight, one wave, 30 s soak
+    python benchmarks/probes/runtime_bench.py                     # throughput at 1..1024, then a 180 s soak
+    python benchmarks/probes/runtime_bench.py --soak-seconds 0    # throughput only
+    python benchmarks/probes/runtime_bench.py --quick             # up to 256 in flight, one wave, 30 s soak
 
 Everything is in-process: the experience model is the real ``LLMExperienceModel``
 and ``SimulatedEnv`` over a text backend that sleeps ``--latency-s`` (1 s) per
@@ -31,6 +31,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _report, the scripts reused
 
 import anyio
 from _report import emit

@@ -1,6 +1,6 @@
 """Simulator figures, each beside a baseline measured in the same run (JSON lines on stdout).
 
-    python benchmarks/sim_bench.py [--only openai|local] [--latency 0.5] [--rounds 4] [--model DIR]
+    python benchmarks/probes/sim_bench.py [--only openai|local] [--latency 0.5] [--rounds 4] [--model DIR]
 
 - ``sim_local``: synthetic steps/s of ``LLMExperienceModel`` on the local
   backend (the offline default model unless ``--model``), predicting real
@@ -38,7 +38,7 @@ from typing import Any
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from openai_server import ServerState, openai_server
 
 from dreamgym.core import ChatMessage, ExperienceQuery, ModelOutputError, Sampling

@@ -1,6 +1,6 @@
 """What the in-process caches save in the demo's training: a few GRPO updates from one kept demo, caches off and on.
 
-    python benchmarks/train_caches.py --from .cache/demo [--updates 6] [--rounds 2] [--commit-results]
+    python benchmarks/probes/train_caches.py --from .cache/demo [--updates 6] [--rounds 2] [--commit-results]
 
 Two caches keep what a training rollout asks for again: MiniLM embeds each
 distinct text once (``MiniLMEmbedder(cache_size=4096)``: a shadowed step's
@@ -37,9 +37,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _report, the scripts reused
+
 import _report as report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 KEPT = ("policy", "experience-model", "store")
 
