@@ -4,7 +4,9 @@
   ``gymnasium.Env`` (observations: dicts of ``UnicodeText``; actions: strings).
 - ``register_envs``: the ids ``dreamgym/miniwob.<task>-v0`` (real Chromium) and
   ``dreamgym/sim.miniwob.<task>-v0`` (a simulator; ``model=`` names its
-  experience model), registered by ``import dreamgym``.
+  experience model), registered by ``import dreamgym``, with ``register_text_world_envs``' ids
+  ``dreamgym/textworld.cooking-v0`` and ``dreamgym/textworld.custom-v0`` (``textworld_env``: TextWorld's
+  generated games, the recipe's settings as make kwargs, one game per reset seed).
 - ``from_browsergym`` / ``to_browsergym``: BrowserGym's high-level action
   strings (``click('e5')``) to dreamgym actions and back;
   ``browsergym_observation``: BrowserGym's observation dict, with an
@@ -32,6 +34,7 @@ from dreamgym.adapters._gymnasium import (
     WebEnv,
 )
 from dreamgym.adapters._miniwob import miniwob_env, register_envs, simulated_miniwob_env
+from dreamgym.adapters._textworld import register_text_world_envs, textworld_env
 from dreamgym.adapters._trl import (
     TOOL_NAMES,
     TRL_PROMPT,
@@ -59,7 +62,9 @@ __all__ = [
     "from_browsergym",
     "miniwob_env",
     "register_envs",
+    "register_text_world_envs",
     "simulated_miniwob_env",
+    "textworld_env",
     "to_browsergym",
     "trl_dataset",
     "trl_miniwob_factory",

@@ -42,18 +42,21 @@ log = logging.getLogger(__name__)
 
 def register_envs() -> list[str]:
     """Register ``dreamgym/miniwob.<task>-v0`` and ``dreamgym/sim.miniwob.<task>-v0`` for every
-    text-solvable MiniWoB++ task; returns the ids (ids already registered are left as they are).
+    text-solvable MiniWoB++ task, and the text worlds' ids (:func:`register_text_world_envs`); returns the
+    ids (ids already registered are left as they are).
 
     Example:
         >>> import dreamgym, gymnasium
         >>> env = gymnasium.make("dreamgym/miniwob.click-button-v0")
     """
+    from dreamgym.adapters._textworld import register_text_world_envs
+
+    ids = register_text_world_envs()
     try:
         names = text_tasks()
     except ConfigError as exc:  # the miniwob package is missing: nothing to register
         log.debug("no MiniWoB++ ids registered: %s", exc)
-        return []
-    ids = []
+        return ids
     for name in names:
         ids.append(_register(f"dreamgym/miniwob.{name}-v0", "miniwob_env", name, name in NONDETERMINISTIC))
         ids.append(_register(f"dreamgym/sim.miniwob.{name}-v0", "simulated_miniwob_env", name, False))
