@@ -43,7 +43,7 @@ class PolicyWeights:
     digest: str
     logits_memo: int = 256
     """Prompts whose logits the policies made here keep while the weights stay (``LocalPolicyConfig.logits_memo``;
-    0: none, every turn runs the model, as ``benchmarks/train_caches.py``'s baseline does)."""
+    0: none, every turn runs the model, as ``benchmarks/probes/train_caches.py``'s baseline does)."""
 
     def policy(self, limiter: anyio.CapacityLimiter, *, temperature: float, seed: int) -> LocalPolicy:
         """The ``index`` policy over the page's listed candidates, sharing ``limiter`` with the other torch work.

@@ -118,7 +118,7 @@ class DemoSettings:
     each, so with ``train_groups_per_update`` it sets how many steps the same episodes buy. 20 rather than the
     24 of the runs below, to keep the first run under 15 minutes on a slow day; most of the learning comes early
     (from first-run7's warm start, 47/80, six updates ended at 67/80, a one-off ``demo_arms.py`` arm). From one kept
-    warm start (51/80 held-out before; ``benchmarks/demo_arms.py``), 12 updates of four groups ended at 55, 38,
+    warm start (51/80 held-out before; ``benchmarks/probes/demo_arms.py``), 12 updates of four groups ended at 55, 38,
     52 and 24 of 80 over four runs (and the demo itself, 47), 24 updates of two groups at 63 and 50 in about
     the same time (``demo_arms_warm_start.json``; the 50 a one-off): the same episodes, twice the steps. The
     first run at these defaults went 33/80 -> 60/80, intervals apart (``first_run.json`` at 01db013), the next
@@ -152,7 +152,7 @@ class DemoSettings:
     while the other tasks' updates move the weights they share: without it, enter-password went from 34 to 9 of
     40 held-out seeds in ``first_run.json`` at 74e4ef3, and from 40 to 26 in ``paired_eval_replay.json``. From
     that run's warm start (60/160), 20 updates ended at 131 and 127 of 160 with the anchor (enter-password 40
-    of 40) and at 99 and 116 without (seeds 0 and 1; ``benchmarks/results/demo_arms_anchor.json``); the first
+    of 40) and at 99 and 116 without (seeds 0 and 1; ``demo_arms_anchor.json``, docs/findings.md); the first
     run with it went 93/160 -> 132/160 (``first_run.json`` at 016f935). 0: GRPO alone."""
     learning_rate: float = 5e-4
     """GRPO's learning rate: of every weight of the tiny policy, of the LoRA adapters of a given model."""

@@ -56,7 +56,7 @@ class WarmStartConfig:
     element's name into its choice line, the goal's words), which matching the goal to a choice
     takes. On click-button the tiny policy's held-out label accuracy after 480 and 960 updates was
     0.43 and 0.40 with it against 0.23 and 0.33 without (best fixed label 0.25; 60 decisions;
-    ``benchmarks/results/warm_start_probe.json``)."""
+    docs/findings.md)."""
     accuracy_examples: int | None = None
     """How many of the examples (drawn at ``seed``) :attr:`WarmStartResult.accuracy` is measured on; ``None``:
     all. A forward pass over every example costs about a third of one epoch's training (23 s of the demo's
