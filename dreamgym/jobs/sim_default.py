@@ -58,6 +58,7 @@ from dreamgym.simulator import (
     TemplateConfig,
     answer_text,
     build_sft_examples,
+    fit_store_judge,
     read_metadata,
     recipe_changes,
     train_experience_model,
@@ -272,9 +273,10 @@ async def train_on_store(
     The store's pending transitions are embedded first (retrieval gives each
     example its neighbours); examples of the ``held_out`` (task, seed) pairs
     are left out, as their neighbours are; no-op steps are sampled down
-    (:func:`balance`). The model is written beside ``target`` and renamed onto
-    it when complete, so a run cut short leaves no half model there; a model already at ``target`` is deleted
-    then, or moved to ``replaced`` when that is given.
+    (:func:`balance`). An outcome judge (:class:`~dreamgym.simulator.OutcomeJudge`) is fit on the same real
+    steps and saved with the model, so the model's rewards and ends are the judge's. The model is written
+    beside ``target`` and renamed onto it when complete, so a run cut short leaves no half model there; a model
+    already at ``target`` is deleted then, or moved to ``replaced`` when that is given.
     """
     await store.flush()
     examples = balance(await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out))
@@ -283,6 +285,7 @@ async def train_on_store(
     await anyio.to_thread.run_sync(
         lambda: train_experience_model(examples, partial, config, template=DEFAULT_TEMPLATE, extra_metadata=recipe)
     )
+    (await fit_store_judge(store, exclude_task_seeds=held_out)).save(partial)
     if replaced is not None and target.exists():
         shutil.rmtree(replaced, ignore_errors=True)
         target.rename(replaced)

@@ -9,6 +9,8 @@ replay store; never on the bridge.
 - ``LLMExperienceModel``: template + text backend + parser + call cache.
 - ``SimulatedEnv``: the Environment protocol over an experience model, with
   retrieval from the store and the leakage rule's exclusions.
+- ``OutcomeJudge``: a classifier over task-agnostic features that gives a
+  prediction its reward and end (``fit_store_judge`` fits it on real steps).
 - ``apply_rules``: what every prediction must say whatever the model wrote
   (``stop`` ends the episode, typed text stays in its field).
 - ``backends``: ``OpenAIBackend`` (any OpenAI-compatible server) and
@@ -42,15 +44,26 @@ from dreamgym.simulator._fidelity import (
     teacher_forced_queries,
     without_salvaged,
 )
+from dreamgym.simulator._judge import (
+    FEATURES,
+    JUDGE_FILE,
+    OUTCOMES,
+    OutcomeJudge,
+    fit_judge,
+    fit_store_judge,
+    outcome_features,
+)
 from dreamgym.simulator._load import STRUCTURED_OUTPUTS, ServedModel, StructuredOutput, load_experience_model
 from dreamgym.simulator._model import ExperienceModelConfig, ExperienceModelStats, LLMExperienceModel, call_cache_key
 from dreamgym.simulator._parse import MAX_ANSWER_CHARS, ParsedAnswer, parse_answer, parse_initial_answer
 from dreamgym.simulator._recorded import SAME_WEIGHTS, as_recorded, recipe_changes
 from dreamgym.simulator._rules import (
+    CHECK_ROLES,
     FOCUSABLE_ROLES,
     LIST_ROLES,
     TEXT_ROLES,
     apply_rules,
+    checked_page,
     focus_after,
     selected_option_page,
     typed_text_page,
@@ -79,11 +92,15 @@ from dreamgym.simulator.backends import LocalBackend, OpenAIBackend, weights_dig
 
 __all__ = [
     "BASELINES",
+    "CHECK_ROLES",
+    "FEATURES",
     "FOCUSABLE_ROLES",
+    "JUDGE_FILE",
     "LIST_ROLES",
     "MAX_ANSWER_CHARS",
     "MAX_PAST_ACTIONS",
     "METADATA_FILE",
+    "OUTCOMES",
     "SAME_WEIGHTS",
     "STRUCTURED_OUTPUTS",
     "TEXT_ROLES",
@@ -97,6 +114,7 @@ __all__ = [
     "LLMExperienceModel",
     "LocalBackend",
     "OpenAIBackend",
+    "OutcomeJudge",
     "ParsedAnswer",
     "SFTExample",
     "ScratchModelConfig",
@@ -118,12 +136,16 @@ __all__ = [
     "as_recorded",
     "build_sft_examples",
     "call_cache_key",
+    "checked_page",
     "examples_digest",
+    "fit_judge",
+    "fit_store_judge",
     "focus_after",
     "history_of",
     "initial_answer_text",
     "load_experience_model",
     "one_step_fidelity",
+    "outcome_features",
     "parse_answer",
     "parse_initial_answer",
     "predict_steps",

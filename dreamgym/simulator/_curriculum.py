@@ -10,7 +10,7 @@ and a cap λ (``max_generated_share``) bounds their share of every training batc
 
 Example:
     >>> pool = TaskPool(real_tasks, config=CurriculumConfig(num_seed_tasks=4))
-    >>> pool.record_group("miniwob/click-button", [1.0, 0.0, 0.0, 1.0])
+    >>> pool.record_group("shop/checkout", [1.0, 0.0, 0.0, 1.0])
     >>> new = await pool.refresh(backend, store=store)
     >>> batch = pool.sample_batch(16, random.Random(0))
 """

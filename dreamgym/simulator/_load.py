@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import ReplayStore, Sampling
+from dreamgym.simulator._judge import OutcomeJudge
 from dreamgym.simulator._model import ExperienceModelConfig, LLMExperienceModel
 from dreamgym.simulator._sft import read_metadata
 from dreamgym.simulator._templates import TemplateConfig, answer_pattern
@@ -70,6 +71,7 @@ def load_experience_model(
     store: ReplayStore | None = None,
     sampling: Sampling | None = None,
     max_attempts: int = 3,
+    judge: bool = True,
     **backend_options: Any,
 ) -> LLMExperienceModel:
     """A local model directory as an experience model, with the template it was trained on; or a served one.
@@ -79,8 +81,11 @@ def load_experience_model(
     gets the default template. ``backend_options`` go to :class:`LocalBackend`
     (a :class:`ServedModel` needs none: its server does the work).
 
+    A directory that holds an outcome judge (:data:`~dreamgym.simulator.JUDGE_FILE`, fit by ``dreamgym sim
+    judge`` or with the model) gives a model whose reward and end are the judge's; ``judge=False`` leaves it out.
+
     Raises:
-        ConfigError: The directory holds no model.
+        ConfigError: The directory holds no model, or a judge this version cannot read.
     """
     if isinstance(path, ServedModel):
         backend = OpenAIBackend(model=path.model, base_url=path.url, timeout_s=path.timeout_s,
@@ -93,4 +98,6 @@ def load_experience_model(
     config = ExperienceModelConfig(
         template=template, sampling=sampling or Sampling(max_new_tokens=384), max_attempts=max_attempts
     )
-    return LLMExperienceModel(LocalBackend.load(path, **backend_options), config=config, store=store)
+    outcome_judge = OutcomeJudge.load(Path(path)) if judge else None
+    local = LocalBackend.load(path, **backend_options)
+    return LLMExperienceModel(local, config=config, store=store, judge=outcome_judge)

@@ -35,6 +35,7 @@ from dreamgym.core.protocols import (
     TextBackend,
 )
 from dreamgym.core.types import Observation, Task
+from dreamgym.simulator._judge import OutcomeJudge
 from dreamgym.simulator._parse import ParsedAnswer, parse_answer, parse_initial_answer
 from dreamgym.simulator._templates import TemplateConfig
 
@@ -116,6 +117,9 @@ class LLMExperienceModel:
         backend: The chat model.
         config: Template, sampling and retries.
         store: Where the call cache lives; ``None`` disables caching.
+        judge: Where given, the reward and end of every prediction are the judge's
+            (:class:`~dreamgym.simulator.OutcomeJudge`, from the page the action was taken on), not the
+            model's; the model writes the page. ``model_id`` then names both.
 
     Example:
         >>> model = LLMExperienceModel(LocalBackend.load(path), store=store)
@@ -123,16 +127,24 @@ class LLMExperienceModel:
     """
 
     def __init__(
-        self, backend: TextBackend, *, config: ExperienceModelConfig | None = None, store: ReplayStore | None = None
+        self,
+        backend: TextBackend,
+        *,
+        config: ExperienceModelConfig | None = None,
+        store: ReplayStore | None = None,
+        judge: OutcomeJudge | None = None,
     ) -> None:
         self.backend = backend
+        self.judge = judge
         self.config = config or ExperienceModelConfig()
         self.store = store
         self.stats = ExperienceModelStats()
 
     @property
     def model_id(self) -> str:
-        return self.backend.backend_id
+        if self.judge is None:
+            return self.backend.backend_id
+        return f"{self.backend.backend_id}+judge@{self.judge.judge_id}"
 
     @property
     def template_id(self) -> str:
@@ -161,7 +173,7 @@ class LLMExperienceModel:
                 log.debug("malformed experience-model answer (%s): %r", exc, completion.text[:200])
                 continue
             self.stats.repaired_answers += bool(answer.dropped_lines or answer.anchored_lines)
-            return self._prediction(answer, current, completion.text)
+            return self._prediction(answer, query, completion.text)
         if self.config.salvage:
             for text in answers:  # the last resort: the first answer whose placeable diff lines make a page
                 try:
@@ -169,13 +181,17 @@ class LLMExperienceModel:
                 except ModelOutputError:
                     continue
                 self.stats.salvaged_answers += 1
-                return self._prediction(answer, current, text, salvaged=True)
+                return self._prediction(answer, query, text, salvaged=True)
         self.stats.failed_predictions += 1
         raise ModelOutputError(f"{self.model_id} gave no usable answer in {len(errors)} attempts: {'; '.join(errors)}")
 
     def _prediction(
-        self, answer: ParsedAnswer, current: Observation, raw: str, *, salvaged: bool = False
+        self, answer: ParsedAnswer, query: ExperienceQuery, raw: str, *, salvaged: bool = False
     ) -> Prediction:
+        current = query.observation
+        reward, done = answer.reward, answer.done
+        if self.judge is not None:
+            reward, done = self.judge.outcome(current.goal or query.task.instruction, current.state, query.action)
         observation = Observation(
             state=answer.state.render(),
             url=current.url,
@@ -186,8 +202,8 @@ class LLMExperienceModel:
         )
         return Prediction(
             observation=observation,
-            reward=answer.reward,
-            terminated=answer.done,
+            reward=reward,
+            terminated=done,
             reasoning=answer.reasoning,
             model_id=self.model_id,
             template_id=self.template_id,
@@ -230,7 +246,8 @@ class LLMExperienceModel:
         self.stats.calls += 1
         if self.store is None:
             return await self.backend.complete(messages, sampling)
-        key = call_cache_key(self.model_id, template_id or self.template_id, messages, sampling)
+        # the backend's id, not the model's: a judge changes no answer of the backend
+        key = call_cache_key(self.backend.backend_id, template_id or self.template_id, messages, sampling)
         hit = await self.store.get_cached(key)
         if hit is not None:
             self.stats.cached_calls += 1

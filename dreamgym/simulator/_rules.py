@@ -2,7 +2,7 @@
 
 Every predictor's answer passes through :func:`apply_rules`, in
 :class:`~dreamgym.simulator.SimulatedEnv` and in teacher-forced fidelity alike,
-so a simulator is scored as it runs. Four rules:
+so a simulator is scored as it runs. Five rules:
 
 - ``stop`` ends the episode (the model still predicts its reward).
 - A ``type`` action leaves its text in the field it typed into. ``type``
@@ -23,6 +23,14 @@ so a simulator is scored as it runs. Four rules:
   models, asked to select a name, often write the selection onto options
   retrieved from a neighbour's list; the same real-page test checks every
   ``select`` of the demonstrators.
+
+- A ``click`` on a check control leaves it as a browser does: a checkbox
+  or a switch flips its ``[checked]``, a radio button is checked and the
+  radio buttons beside it are not. On the policy's own pages the model writes
+  the flip, but a tiny model often marks the wrong box (or mangles the line),
+  and whether a later Submit pays is read from those marks
+  (:class:`~dreamgym.simulator.OutcomeJudge`). The same real-page test checks
+  the rule after every click of the demonstrators on a check control.
 
 - The element an action works on takes the focus, as the browser gives it.
   A real page records which element has the focus (``Observation.focused_id``,
@@ -57,13 +65,15 @@ from dreamgym.core.protocols import ExperienceQuery, Prediction
 from dreamgym.core.state import Element, State, flatten, parse_state
 from dreamgym.core.types import Action
 
-__all__ = ["FOCUSABLE_ROLES", "LIST_ROLES", "TEXT_ROLES", "apply_rules", "focus_after", "selected_option_page",
-           "typed_text_page"]  # fmt: skip
+__all__ = ["CHECK_ROLES", "FOCUSABLE_ROLES", "LIST_ROLES", "TEXT_ROLES", "apply_rules", "checked_page", "focus_after",
+           "selected_option_page", "typed_text_page"]  # fmt: skip
 
 TEXT_ROLES = frozenset({"textbox", "searchbox", "combobox", "spinbutton"})
 """Roles whose element text is the field's content (what ``type`` writes)."""
 LIST_ROLES = frozenset({"combobox", "listbox"})
 """Roles of the lists ``select`` chooses from (a select box, single or multiple)."""
+CHECK_ROLES = frozenset({"checkbox", "switch", "radio"})
+"""Roles a click checks: a checkbox or a switch flips, a radio button is checked and its siblings are not."""
 FOCUSABLE_ROLES = frozenset({"button", "checkbox", "radio", "link", "textbox", "searchbox", "combobox", "listbox",
                              "spinbutton", "slider", "switch", "tab", "menuitem"})  # fmt: skip
 """Roles a click gives the focus to (form controls, links, tabs); a click elsewhere takes it away."""
@@ -89,6 +99,12 @@ def apply_rules(query: ExperienceQuery, prediction: Prediction) -> tuple[Predict
             observation = msgspec.structs.replace(prediction.observation, state=page)
             prediction = replace(prediction, observation=observation)
             applied.append("selected_option")
+    if query.action.name == "click":
+        page = checked_page(query.observation.state, prediction.observation.state, query.action.args)
+        if page is not None:
+            observation = msgspec.structs.replace(prediction.observation, state=page)
+            prediction = replace(prediction, observation=observation)
+            applied.append("checked")
     if query.action.name == "stop" and not prediction.terminated:
         prediction = replace(prediction, terminated=True)
         applied.append("stop_ends")
@@ -135,6 +151,53 @@ def typed_text_page(before: str, after: str, args: tuple[str, ...]) -> str | Non
     if target is None or (target.role, target.name) != (field.role, field.name) or target.text == text:
         return None
     return _page_with(predicted, replace(target, text=text))
+
+
+def checked_page(before: str, after: str, args: tuple[str, ...]) -> str | None:
+    """The predicted page ``after`` with a clicked check control as a click leaves it, or ``None`` when the rule
+    changes nothing.
+
+    ``args`` are a ``click`` action's (element id,). The element must be a
+    :data:`CHECK_ROLES` element of ``before``, not disabled, and still be on
+    ``after`` with the same id, role and name. A checkbox or a switch is
+    checked after the click where it was not before, and not where it was; a
+    radio button is checked, and the radio buttons beside it (the same parent's
+    children: one group, as a form lays out its choices) are not.
+    """
+    element_id = args[0] if args else ""
+    try:
+        control = parse_state(before).find(element_id)
+        predicted = parse_state(after)
+    except StateFormatError:
+        return None
+    if control is None or control.role not in CHECK_ROLES or "disabled" in control.props:
+        return None
+    target = predicted.find(element_id)
+    if target is None or (target.role, target.name) != (control.role, control.name):
+        return None
+    if control.role != "radio":
+        changed = _checked(target, "checked" not in control.props)
+        return None if changed == target else _page_with(predicted, changed)
+    elements = _with_radio_checked(predicted.elements, element_id)
+    return None if elements == predicted.elements else State(elements).render()
+
+
+def _checked(element: Element, on: bool) -> Element:
+    """``element`` with its ``checked`` prop set or cleared (set, it comes first: Playwright's order)."""
+    props = tuple(p for p in element.props if p != "checked")
+    return replace(element, props=("checked", *props) if on else props)
+
+
+def _with_radio_checked(elements: tuple[Element, ...], element_id: str) -> tuple[Element, ...]:
+    """``elements`` with the radio ``element_id`` checked and its radio siblings unchecked, wherever it is."""
+    if any(element.id == element_id for element in elements):
+        return tuple(
+            _checked(element, element.id == element_id) if element.role == "radio" else element for element in elements
+        )
+    return tuple(
+        replace(element, children=_with_radio_checked(element.children, element_id)) if element.children else element
+        for element in elements
+    )
 
 
 def selected_option_page(before: str, after: str, args: tuple[str, ...]) -> str | None:

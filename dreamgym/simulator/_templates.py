@@ -109,7 +109,7 @@ class TemplateConfig:
     past_actions: bool = False
     """Name every action the episode took so far on one line just before the action (``Actions so far: ...``,
     ``(none)`` at the first step; the id gains ``:acts``). The history shows only the last ``history`` steps, and
-    a sequence task's end depends on an action taken earlier (a second click ends click-button-sequence, the
+    a sequence task's end depends on an action taken earlier (where a second click ends the episode, the
     first never does); a few tokens per step say it where the model reads the action."""
 
     def __post_init__(self) -> None:

@@ -38,7 +38,7 @@ from dreamgym.core import (
     parse_state,
 )
 from dreamgym.runtime import run_episode
-from dreamgym.simulator import focus_after, selected_option_page, typed_text_page
+from dreamgym.simulator import CHECK_ROLES, checked_page, focus_after, selected_option_page, typed_text_page
 
 pytestmark = pytest.mark.anyio
 
@@ -133,6 +133,37 @@ async def test_real_pages_agree_with_the_simulators_typed_text_selected_option_a
                     assert selected_option_page(before, before, step.action.args) in (None, after), (name, seed)
     await env.aclose()
     assert typed >= 10 and selected >= 2 and focused >= 20
+
+
+async def test_real_pages_agree_with_the_check_rule_after_every_click_on_a_checkbox_or_radio(
+    pool: BrowserPool, miniwob: MiniWobSite
+) -> None:
+    """After every click on a checkbox or a radio button, of the demonstrators and of a random explorer (which
+    ticks and unticks boxes in any order), the real page is what the check rule writes from the page before."""
+    env = BrowserEnv(pool, sites=[miniwob])
+    checked = unticked = 0
+    for name in ("click-checkboxes", "click-option", "click-checkboxes-large"):
+        for seed in range(3):
+            demonstrated = (MiniWobDemonstrator(),) if name in DEMONSTRATORS else ()
+            for chooser in (*demonstrated, RandomExplorer(seed)):
+                steps, _ = await run_episode(env, chooser, miniwob.task(name), seed=seed, max_steps=8)
+                for step in steps:
+                    before, after = step.observation.state, step.next_observation.state
+                    if step.action.name != "click" or not _check_control(before, step.action.args[0]):
+                        continue
+                    checked += 1
+                    unticked += "checked" in parse_state(before).find(step.action.args[0]).props  # type: ignore[union-attr]
+                    assert checked_page(before, after, step.action.args) is None, (name, seed, after)
+                    # from the page before the click, the rule writes the page after it (None: that page is it)
+                    assert (checked_page(before, before, step.action.args) or before) == after, (name, seed, after)
+    await env.aclose()
+    assert checked >= 15
+    assert unticked >= 1
+
+
+def _check_control(page: str, element_id: str) -> bool:
+    element = parse_state(page).find(element_id)
+    return element is not None and element.role in CHECK_ROLES
 
 
 def test_a_mistaken_goal_changes_one_quoted_text_or_one_named_choice() -> None:

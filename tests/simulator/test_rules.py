@@ -1,5 +1,6 @@
 """The simulator's rules on any predictor's answer: typed text stays in its field, a selected option stands
-selected, ``stop`` ends, the element acted on takes the focus."""
+selected, a clicked check control is checked as a browser leaves it, ``stop`` ends, the element acted on takes the
+focus."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dreamgym.simulator import (
     LLMExperienceModel,
     SimulatedEnv,
     UnchangedPage,
+    checked_page,
     focus_after,
     predict_steps,
     selected_option_page,
@@ -163,3 +165,50 @@ async def test_a_selection_written_onto_a_neighbours_options_is_made_by_the_rule
     assert (result.reward, result.terminated, result.truncated) == (0.0, False, False)
     assert result.info["rules"] == ["selected_option"]
     assert len(backend.calls) == 1 and model.stats.repaired_answers == 1 and model.stats.malformed_answers == 0
+
+
+CHOICES = (
+    '[e1] group "Toppings"\n  [e2] checkbox "Ham" [checked]\n  [e3] checkbox "Egg"\n'
+    '[e4] group "Size"\n  [e5] radio "S" [checked]\n  [e6] radio "M"\n[e7] radio "Elsewhere" [checked]'
+)
+
+
+@pytest.mark.parametrize(
+    ("target", "written", "expected"),
+    [
+        ("e3", CHOICES, CHOICES.replace('"Egg"', '"Egg" [checked]')),
+        ("e2", CHOICES, CHOICES.replace('"Ham" [checked]', '"Ham"')),
+        ("e2", CHOICES.replace('"Egg"', '"Egg" [checked]'), CHOICES.replace('"Ham" [checked]', '"Ham"').replace(
+            '"Egg"', '"Egg" [checked]')),
+        ("e6", CHOICES, CHOICES.replace('"S" [checked]', '"S"').replace('"M"', '"M" [checked]')),
+    ],
+    ids=["a box flips on", "a box flips off", "the model ticked the wrong box", "a radio and its siblings"],
+)  # fmt: skip
+def test_a_clicked_check_control_is_left_as_a_browser_leaves_it(target: str, written: str, expected: str) -> None:
+    assert checked_page(CHOICES, written, (target,)) == expected
+
+
+@pytest.mark.parametrize(
+    ("before", "target", "why"),
+    [
+        (CHOICES, "e1", "not a check control"),
+        (CHOICES.replace('"Egg"', '"Egg" [disabled]'), "e3", "a disabled box does not flip"),
+        (CHOICES, "e9", "no such element"),
+    ],
+)
+def test_a_click_the_check_rule_does_not_cover_leaves_the_page(before: str, target: str, why: str) -> None:
+    assert checked_page(before, before, (target,)) is None, why
+
+
+def test_the_check_rule_leaves_a_page_the_click_led_away_from() -> None:
+    assert checked_page(CHOICES, '[e1] heading "Thanks"', ("e3",)) is None
+    assert checked_page(CHOICES, CHOICES.replace('"Egg"', '"Bacon"'), ("e3",)) is None
+
+
+async def test_simulated_env_checks_the_box_the_model_left_unchecked() -> None:
+    page = Observation(state=CHOICES, goal="Tick Egg and press Order.")
+    answer = "<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>"
+    env = SimulatedEnv(LLMExperienceModel(ScriptedBackend([answer])))
+    result = await env.predict_step(toy_form.TASK, (), page, parse_action('click [e3] "Egg"'))
+    assert '[e3] checkbox "Egg" [checked]' in result.observation.state
+    assert result.info["rules"] == ["checked", "focus"]
