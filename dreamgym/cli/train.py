@@ -118,7 +118,7 @@ def train_config(args: argparse.Namespace) -> Any:
 def _run_train(args: argparse.Namespace) -> int:
     from dreamgym.agents import LocalPolicy, LocalPolicyConfig
     from dreamgym.core.errors import ConfigError, UsageError
-    from dreamgym.jobs import StackSettings, held_out, stack_sides
+    from dreamgym.jobs import StackSettings, held_out, real_envs_for, stack_sides
     from dreamgym.offline import smollm2_checkpoint
     from dreamgym.runtime import RuntimeConfig
     from dreamgym.trainer import Trainer, demonstrations, sft_refit
@@ -187,6 +187,7 @@ def _run_train(args: argparse.Namespace) -> int:
         curriculum_backend=curriculum,
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=1 if args.reset_command else 2),
         workers=workers,
+        real_envs=real_envs_for([*tasks, *eval_tasks]),
     )
     trainer = Trainer(
         config,
@@ -228,13 +229,18 @@ def _anchor_episodes(args: argparse.Namespace, tasks: list[Any], train_seeds: li
     from dreamgym.core.errors import UsageError
     from dreamgym.jobs import policy_episodes
     from dreamgym.replay import LmdbReplayStore
+    from dreamgym.textworlds import WalkthroughDemonstrator, is_text_world
+
+    demonstrator = MiniWobDemonstrator.policy_id
+    if tasks and all(is_text_world(task) for task in tasks):
+        demonstrator = WalkthroughDemonstrator.policy_id
 
     async def read() -> list[Any]:
         if not args.store.exists():
             return []
         async with LmdbReplayStore(args.store, readonly=True) as store:
             ids = [task.task_id for task in tasks]
-            return await policy_episodes(store, ids, MiniWobDemonstrator.policy_id, seeds=train_seeds)
+            return await policy_episodes(store, ids, demonstrator, seeds=train_seeds)
 
     episodes = anyio.run(read)
     if not episodes:

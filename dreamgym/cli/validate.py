@@ -231,7 +231,7 @@ async def _play_live(args: argparse.Namespace) -> None:
     """Play every task (and seed) ``--episodes`` times on the live site with the policy, into ``--store``."""
     from dreamgym.cli._common import parse_seeds, webarena_sites, worker_config
     from dreamgym.cli._run import fail_if_nothing_ran, run_policy, summary
-    from dreamgym.jobs import StackSettings, mixed_groups, open_runtime
+    from dreamgym.jobs import StackSettings, mixed_groups, open_runtime, real_envs_for
     from dreamgym.replay import HashingEmbedder, StoreConfig
     from dreamgym.runtime import RuntimeConfig
 
@@ -245,6 +245,7 @@ async def _play_live(args: argparse.Namespace) -> None:
         embedder=HashingEmbedder(64),  # a record of the run, never searched here: its tasks stay out of retrieval
         store_config=StoreConfig(auto_index=False),
         workers=worker_config(run),
+        real_envs=real_envs_for(tasks),
     )
     async with open_runtime(settings, lambda limiter: run_policy(run, limiter)) as (runtime, _):
         results = await runtime.run_groups(
