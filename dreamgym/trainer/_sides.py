@@ -29,7 +29,8 @@ def sft_refit(
 
     Each refit continues from the last model (the first from ``base``), with
     the template ``base`` was trained on, and writes ``work_dir/refit-N``. The
-    held-out pairs stay out of the examples and of retrieval (the leakage rule).
+    held-out pairs stay out of the examples and of retrieval (the leakage rule). Each refit fits its outcome
+    judge (:func:`~dreamgym.simulator.fit_store_judge`) on the same real steps and saves it with the model.
     ``learning_rate``: ``None`` takes full fine-tuning's default (``SimTrainConfig.lr``, made for a pretrained
     base); a small model trained from scratch wants more (the demo's refits use 5e-4).
     ``backend_options`` go to each new model's ``LocalBackend`` (e.g. the run's ``limiter``).
@@ -38,6 +39,7 @@ def sft_refit(
         SimTrainConfig,
         TemplateConfig,
         build_sft_examples,
+        fit_store_judge,
         load_experience_model,
         read_metadata,
         train_experience_model,
@@ -59,6 +61,7 @@ def sft_refit(
                 examples, out, config, template=template, extra_metadata={"refit": ordinal, "parent": str(last[0])}
             )
         )
+        (await fit_store_judge(store, exclude_task_seeds=exclude_task_seeds)).save(out)
         last[0] = out
         return load_experience_model(out, store=store, **backend_options)
 

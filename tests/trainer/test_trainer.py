@@ -647,29 +647,43 @@ def test_a_refitted_simulator_earns_the_task_again_before_it_plays(toy_chat: tup
     assert lines[-1]["sim_trust/toy/form"] == 1.0  # the new model's own answers, right
 
 
+async def real_steps_of(store: Any) -> list[Any]:
+    from dreamgym.simulator import real_episodes
+
+    return [step for episode in await real_episodes(store) for step in episode]
+
+
 @pytest.mark.slow
 def test_sft_refit_fine_tunes_the_current_model_on_the_grown_store(
     tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """The real refit: the simulator's SFT continues from the model in use, on the store's real steps."""
+    """The real refit: the simulator's SFT continues from the model in use, on the store's real steps, and its
+    outcome judge is fit on the same steps (the held-out pairs left out) and saved with it."""
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore
-    from dreamgym.simulator import load_experience_model, read_metadata
+    from dreamgym.simulator import OutcomeJudge, load_experience_model, read_metadata
     from dreamgym.trainer import ModelSlot, sft_refit
 
     _, sim = tiny_models
     limiter = anyio.CapacityLimiter(1)
-    refit = sft_refit(tmp_path / "refits", base=sim, epochs=1, max_length=4096, batch_size=4, limiter=limiter)
+    held_out = [("miniwob/click-button", 1)]
+    refit = sft_refit(tmp_path / "refits", base=sim, epochs=1, max_length=4096, batch_size=4, limiter=limiter,
+                      exclude_task_seeds=held_out)  # fmt: skip
 
-    async def go() -> tuple[str, str]:
+    async def go() -> tuple[str, str, int]:
         async with LmdbReplayStore(sim.parent / "store", embedder=HashingEmbedder(64), readonly=True) as store:
             slot = ModelSlot(load_experience_model(sim, store=store), refit)
             before = slot.model_id
             model_id = await slot.refit(store)
             assert slot.current.backend._batcher.limiter is limiter  # type: ignore[attr-defined]
-            return before, model_id
+            kept = len([s for s in await real_steps_of(store) if (s.task_id, s.seed) not in held_out])
+            return before, model_id, kept
 
-    before, after = anyio.run(go)
+    before, after, kept = anyio.run(go)
     assert after != before and (tmp_path / "refits" / "refit-1" / "config.json").exists()
+    judge = OutcomeJudge.load(tmp_path / "refits" / "refit-1")
+    assert judge is not None
+    assert judge.trained_on == kept
+    assert after.endswith(f"+judge@{judge.judge_id}")
     metadata = read_metadata(tmp_path / "refits" / "refit-1")
     assert metadata["refit"] == 1 and metadata["parent"] == str(sim)
     assert metadata["template"] == read_metadata(sim)["template"]
