@@ -19,6 +19,7 @@ engine. A command the game does not know is data: the game's answer comes back a
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -42,6 +43,8 @@ __all__ = ["TextWorldConfig", "TextWorldEnv", "open_game", "open_text_world_envs
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_TASK = "Your task is to:"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +81,12 @@ def open_game(info: GameInfo) -> Any:
     )  # fmt: skip
     try:
         with quiet_textworld():
+            if info.path.suffix == ".tw-pddl":  # given as data: TextWorld's own load leaves the file open
+                from textworld.envs import PddlEnv
+
+                env = PddlEnv(infos)
+                env.load(json.loads(info.path.read_text()))
+                return env
             return textworld.start(str(info.path), request_infos=infos)
     except Exception as exc:  # IOError, ValueError, Jericho's and the PDDL parser's own: all mean "does not load"
         raise BackendError(f"the game {info.path} does not load: {_first_line(exc)}") from exc
@@ -94,6 +103,8 @@ class _Episode:
     commands: tuple[str, ...] = ()
     score: int = 0
     max_score: int = 0
+    intro: str = ""
+    """The game's opening text: the room where the engine tells no ``description`` (PDDL games)."""
     steps: int = 0
     done: bool = False
     last: Observation = field(default_factory=lambda: Observation(state=""))
@@ -147,6 +158,7 @@ class TextWorldEnv:
         limit = task.max_steps or self.config.max_steps
         episode = _Episode(task=task, seed=seed, game=game, dense=bool(settings.get("dense")), limit=limit)
         episode.max_score = int(_get(state, "max_score", game.max_score) or 0)
+        episode.intro = clean_game_text(_get(state, "feedback", ""))
         episode.last = self._observe(episode, state, feedback="")
         self._episode = episode
         return episode.last
@@ -285,15 +297,19 @@ class TextWorldEnv:
     def _observe(self, episode: _Episode, state: Any, *, feedback: str) -> Observation:
         commands = tuple(_get(state, "admissible_commands", ()) or ())
         episode.commands = commands
+        description = clean_game_text(_get(state, "description", "")) or (episode.intro if not feedback else "")
         frame = TextFrame(
-            description=clean_game_text(_get(state, "description", "")),
+            description=description,
             feedback=clean_game_text(feedback),
             inventory=clean_game_text(_get(state, "inventory", "")),
             score=episode.score if episode.max_score else None,
             max_score=episode.max_score or None,
             commands=commands,
         )
-        objective = " ".join(str(_get(state, "objective", "") or episode.game.objective).split())
+        objective = str(_get(state, "objective", "") or episode.game.objective)
+        if not objective and _TASK in episode.intro:  # ALFWorld states its goal in the intro
+            objective = episode.intro.split(_TASK, 1)[1]
+        objective = " ".join(objective.split())
         return Observation(
             state=render_text_state(frame, episode.ids),
             url=f"textworld://{episode.game.content_hash}",

@@ -216,3 +216,59 @@ async def test_a_game_file_cut_short_is_one_clear_error(tmp_path: Path, tiny_gam
     with pytest.raises(BackendError, match="cut short"):
         await env.reset(file_tasks(cut)[0])
     await env.aclose()
+
+
+@pytest.fixture(scope="module")
+def alfworld_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ALFWorld-style data folder with one hand-written PDDL game."""
+    pytest.importorskip("fast_downward", reason="ALFWorld's PDDL games need textworld[pddl]")
+    from pddl_game import write_pddl_game
+
+    root = tmp_path_factory.mktemp("alfworld") / "valid_seen"
+    write_pddl_game(root / "put-apple-in-fridge" / "trial_1")
+    return root
+
+
+async def test_an_alfworld_folder_gives_one_task_per_pddl_game(alfworld_folder: Path) -> None:
+    from dreamgym.textworlds import parse_text_world_tasks
+
+    tasks, _ = parse_text_world_tasks(f"textworld:{alfworld_folder}")
+    assert [task.task_id for task in tasks] == ["textworld/valid_seen/put-apple-in-fridge/trial_1/game"]
+
+
+async def test_a_pddl_game_states_its_task_as_the_goal(alfworld_folder: Path) -> None:
+    env = TextWorldEnv()
+    observation = await env.reset(file_tasks(alfworld_folder)[0])
+    await env.aclose()
+    assert observation.goal == "put the apple in the fridge."
+
+
+async def test_a_pddl_game_lists_its_commands_as_buttons(alfworld_folder: Path) -> None:
+    env = TextWorldEnv()
+    observation = await env.reset(file_tasks(alfworld_folder)[0])
+    await env.aclose()
+    assert _buttons(observation.state) == ["go to fridge", "open counter", "take apple from counter"]
+
+
+async def test_the_walkthrough_wins_a_pddl_game(alfworld_folder: Path) -> None:
+    from pddl_game import WALKTHROUGH
+
+    env = TextWorldEnv()
+    results = await _play(env, file_tasks(alfworld_folder)[0], 0, WALKTHROUGH)
+    await env.aclose()
+    assert (results[-1].terminated, results[-1].reward) == (True, 1.0)  # type: ignore[attr-defined]
+
+
+async def test_a_pddl_game_passes_check_environment(alfworld_folder: Path) -> None:
+    await check_environment(TextWorldEnv(), file_tasks(alfworld_folder)[0])
+
+
+async def test_the_demonstrator_plays_a_pddl_games_walkthrough(alfworld_folder: Path) -> None:
+    from dreamgym.textworlds import WalkthroughDemonstrator
+
+    task = file_tasks(alfworld_folder)[0]
+    env, policy = TextWorldEnv(), WalkthroughDemonstrator()
+    observation = await env.reset(task)
+    decision = await policy.act(task, [], observation)
+    await env.aclose()
+    assert decision.action.label == "take apple from counter"
