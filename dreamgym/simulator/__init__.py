@@ -65,6 +65,7 @@ from dreamgym.simulator._rules import (
     apply_rules,
     checked_page,
     focus_after,
+    rule_writes_page,
     selected_option_page,
     typed_text_page,
 )
@@ -155,6 +156,7 @@ __all__ = [
     "real_start",
     "real_start_pages",
     "recipe_changes",
+    "rule_writes_page",
     "score_prediction",
     "score_step",
     "select_seed_tasks",

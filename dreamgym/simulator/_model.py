@@ -34,9 +34,11 @@ from dreamgym.core.protocols import (
     Sampling,
     TextBackend,
 )
+from dreamgym.core.state import parse_state
 from dreamgym.core.types import Observation, Task
 from dreamgym.simulator._judge import OutcomeJudge
 from dreamgym.simulator._parse import ParsedAnswer, parse_answer, parse_initial_answer
+from dreamgym.simulator._rules import rule_writes_page
 from dreamgym.simulator._templates import TemplateConfig
 
 __all__ = ["ExperienceModelConfig", "ExperienceModelStats", "LLMExperienceModel", "call_cache_key"]
@@ -58,6 +60,12 @@ class ExperienceModelConfig:
     """Temperature of the retries, so that they can differ from the first answer."""
     initial_max_new_tokens: int = 1024
     """Token budget of the initial-page prompt (a whole page, not a diff)."""
+    rule_pages: bool = True
+    """With a judge: when the first answer is malformed or repaired (a diff line that named no page line, dropped
+    or read by its id: a garbled line read so removes its element) and the action is one the simulator's rules
+    write the page for (a ``type`` into a field, a ``select``, a click on a checkbox or radio button:
+    :func:`~dreamgym.simulator.rule_writes_page`), take the page as it was (the rules then write the change) and
+    the judge's outcome, instead of retrying. Counted in ``rule_pages``."""
     salvage: bool = True
     """When every attempt's diff fails to apply, keep the first answer whose diff lines that
     can be placed make a valid page (the rest dropped; see ``_parse``) instead of failing the
@@ -76,9 +84,13 @@ class ExperienceModelStats:
     calls: int = 0
     cached_calls: int = 0
     malformed_answers: int = 0
+    clean_first_answers: int = 0
+    """Predictions whose first answer applied as it was written (no retry, no line dropped or read by its id)."""
     repaired_answers: int = 0
     """Answers whose diff named page lines that do not exist; those lines were dropped."""
     salvaged_answers: int = 0
+    rule_pages: int = 0
+    """Predictions whose first answer was malformed or repaired and whose page the rules wrote (``rule_pages``)."""
     """Predictions taken, after every attempt failed, from an answer whose diff only partly applied."""
     failed_predictions: int = 0
     """Predictions whose every attempt was malformed (each ends an episode as truncated)."""
@@ -171,8 +183,14 @@ class LLMExperienceModel:
                 errors.append(f"attempt {attempt + 1}: {exc}")
                 answers.append(completion.text)
                 log.debug("malformed experience-model answer (%s): %r", exc, completion.text[:200])
+                if attempt == 0 and self._rule_page(query):
+                    return self._rule_prediction(query, completion.text)
                 continue
-            self.stats.repaired_answers += bool(answer.dropped_lines or answer.anchored_lines)
+            repaired = bool(answer.dropped_lines or answer.anchored_lines)
+            self.stats.repaired_answers += repaired
+            self.stats.clean_first_answers += attempt == 0 and not repaired
+            if repaired and attempt == 0 and self._rule_page(query):
+                return self._rule_prediction(query, completion.text)
             return self._prediction(answer, query, completion.text)
         if self.config.salvage:
             for text in answers:  # the last resort: the first answer whose placeable diff lines make a page
@@ -184,6 +202,15 @@ class LLMExperienceModel:
                 return self._prediction(answer, query, text, salvaged=True)
         self.stats.failed_predictions += 1
         raise ModelOutputError(f"{self.model_id} gave no usable answer in {len(errors)} attempts: {'; '.join(errors)}")
+
+    def _rule_page(self, query: ExperienceQuery) -> bool:
+        return self.judge is not None and self.config.rule_pages and rule_writes_page(query)
+
+    def _rule_prediction(self, query: ExperienceQuery, raw: str) -> Prediction:
+        """The page as it was (the rules write the action's change onto it) with the judge's outcome."""
+        self.stats.rule_pages += 1
+        unchanged = ParsedAnswer(state=parse_state(query.observation.state), reward=0.0, done=False)
+        return self._prediction(unchanged, query, raw)
 
     def _prediction(
         self, answer: ParsedAnswer, query: ExperienceQuery, raw: str, *, salvaged: bool = False

@@ -66,7 +66,7 @@ from dreamgym.core.state import Element, State, flatten, parse_state
 from dreamgym.core.types import Action
 
 __all__ = ["CHECK_ROLES", "FOCUSABLE_ROLES", "LIST_ROLES", "TEXT_ROLES", "apply_rules", "checked_page", "focus_after",
-           "selected_option_page", "typed_text_page"]  # fmt: skip
+           "rule_writes_page", "selected_option_page", "typed_text_page"]  # fmt: skip
 
 TEXT_ROLES = frozenset({"textbox", "searchbox", "combobox", "spinbutton"})
 """Roles whose element text is the field's content (what ``type`` writes)."""
@@ -113,6 +113,20 @@ def apply_rules(query: ExperienceQuery, prediction: Prediction) -> tuple[Predict
         prediction = replace(prediction, observation=msgspec.structs.replace(prediction.observation, focused_id=focus))
         applied.append("focus")
     return prediction, tuple(applied)
+
+
+def rule_writes_page(query: ExperienceQuery) -> bool:
+    """Whether a rule writes the page ``query.action`` leads to from the page as it was: a ``type`` into a field
+    that does not hold the text yet, a ``select`` of an option not selected yet, a click on a checkbox or radio
+    button that changes it. A page the model left unchanged is then made right by :func:`apply_rules`."""
+    page, args = query.observation.state, query.action.args
+    if query.action.name == "type":
+        return typed_text_page(page, page, args) is not None
+    if query.action.name == "select":
+        return selected_option_page(page, page, args) is not None
+    if query.action.name == "click":
+        return checked_page(page, page, args) is not None
+    return False
 
 
 def focus_after(focused: str, after: str, action: Action) -> str:

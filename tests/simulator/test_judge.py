@@ -210,3 +210,39 @@ def test_the_simulator_names_no_benchmark_task() -> None:
         for match in pattern.findall(path.read_text())
     }
     assert found == set()
+
+
+GARBLED = '<diff>\n- [e2] checkbox "A] radio "x]\n</diff>\n<reward>0</reward>\n<done>no</done>'
+"""A tiny model's answer to a click on a box: a line that names no page line, read by its id, removes the box."""
+
+
+@pytest.mark.parametrize("answer", [GARBLED, "the page is unchanged"], ids=["repaired", "malformed"])
+async def test_a_garbled_first_answer_on_a_rule_written_step_takes_the_rules_page_and_the_judges_outcome(
+    answer: str,
+) -> None:
+    from dreamgym.simulator import SimulatedEnv
+
+    goal = "Tick Ab, cd and press Order."
+    page = Observation(state=toppings_page(goal, ["Ab", "cd", "x"], set()), goal=goal)
+    judge = await anyio.to_thread.run_sync(fit_judge, forms(range(30)))
+    task = Task(task_id=f"{SITE}/toppings", instruction=goal, site=SITE)
+    backend = ScriptedBackend([answer])
+    model = LLMExperienceModel(backend, judge=judge)
+    result = await SimulatedEnv(model).predict_step(task, (), page, parse_action('click [e2] "Ab"'))
+    assert len(backend.calls) == 1
+    assert '[e2] checkbox "Ab" [checked]' in result.observation.state
+    assert (result.reward, result.terminated) == (0.0, False)
+    assert model.stats.rule_pages == 1
+
+
+async def test_without_a_judge_a_garbled_answer_is_taken_as_repaired_and_the_box_is_lost() -> None:
+    """What the rule pages mend: the model's repaired answer, taken as it was, drops the box it clicked."""
+    from dreamgym.simulator import SimulatedEnv
+
+    goal = "Tick Ab, cd and press Order."
+    page = Observation(state=toppings_page(goal, ["Ab", "cd", "x"], set()), goal=goal)
+    task = Task(task_id=f"{SITE}/toppings", instruction=goal, site=SITE)
+    model = LLMExperienceModel(ScriptedBackend([GARBLED]))
+    result = await SimulatedEnv(model).predict_step(task, (), page, parse_action('click [e2] "Ab"'))
+    assert '"Ab"' not in result.observation.state
+    assert model.stats.repaired_answers == 1
