@@ -366,6 +366,10 @@ def add_served_sim_arguments(parser: argparse.ArgumentParser, model_flag: str) -
     parser.add_argument("--sim-structured", choices=("none", "vllm", "vllm-guided", "sglang"), default="none",
                         help="ask the server to keep answers to the template's form: vLLM's structured_outputs "
                              "regex (vllm), its older guided_regex (vllm-guided), SGLang's regex (sglang)")  # fmt: skip
+    parser.add_argument("--sim-attempts", type=int, default=3, metavar="N",
+                        help="attempts per prediction when the served experience model's answer is malformed "
+                             "(sim eval: a local one's too); retries sample at temperature 0.7, so give 1 where the "
+                             "server does not sample (default: 3)")  # fmt: skip
 
 
 def experience_model_source(args: argparse.Namespace, name: str, model_flag: str) -> Any:
@@ -395,7 +399,10 @@ def experience_model_source(args: argparse.Namespace, name: str, model_flag: str
 
     if name == "default":
         raise UsageError(f"--sim-url needs {model_flag} NAME, the model name its server serves")
-    return ServedModel(model=name, url=url, structured=getattr(args, "sim_structured", "none"),
+    attempts = getattr(args, "sim_attempts", 3)
+    if attempts < 1:
+        raise UsageError(f"--sim-attempts must be >= 1 (1: no retry), got {attempts}")
+    return ServedModel(model=name, url=url, structured=getattr(args, "sim_structured", "none"), attempts=attempts,
                        **served_settings(args, "sim"))  # fmt: skip
 
 

@@ -85,6 +85,17 @@ def add_sim_commands(commands: Any) -> None:
                                "model's name)")  # fmt: skip
     evaluate.add_argument("--limit", type=int, default=0, help="evaluate at most this many steps (0: all)")
     evaluate.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    evaluate.add_argument("--parity", type=int, default=0, metavar="N",
+                          help="with --sim-url: instead of scoring, ask the server N prompts of --steps greedily "
+                               "beside the same model in process, and check whether it samples and honours seed, stop "
+                               "strings and structured output (one table)")  # fmt: skip
+    evaluate.add_argument(
+        "--parity-local",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the served model's directory, for --parity (default: --model, when it is one)",
+    )
     add_served_sim_arguments(evaluate, "--model")
     add_config_file_option(evaluate)
     evaluate.set_defaults(run=_run_eval)
@@ -183,6 +194,81 @@ def _run_build_default(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _parity(
+    model: Any, steps: list[Any], store: Any, held_out: list[tuple[str, int | None]], local_dir: Path | None
+) -> Any:
+    """:func:`~dreamgym.simulator.backends.check_server` on the experience-model prompts of ``steps``, beside
+    the model of ``local_dir`` in process (when given)."""
+    import anyio
+
+    from dreamgym.simulator import teacher_forced_queries
+    from dreamgym.simulator.backends import LocalBackend, check_server
+
+    template = model.config.template
+    queries = await teacher_forced_queries(steps, store=store, neighbours=template.neighbours,
+                                           exclude_task_seeds=held_out)  # fmt: skip
+    prompts = [template.messages(query) for _, query in queries]
+    local = None if local_dir is None else await anyio.to_thread.run_sync(LocalBackend.load, local_dir)
+    try:
+        return await check_server(model.backend, prompts, local=local,
+                                  max_new_tokens=model.config.sampling.max_new_tokens)  # fmt: skip
+    finally:
+        await model.backend.aclose()
+        if local is not None:
+            await local.aclose()
+
+
+def _print_parity(check: dict[str, Any], shown: str, *, json_lines: bool) -> None:
+    from dreamgym.simulator.backends import ServerCheck
+
+    if json_lines:
+        print(json.dumps(check))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    fields = {k: v for k, v in check.items() if k != "identical_share"}
+    table = Table(title=f"served model {shown} beside the same model in process")
+    for column in ("check", "server", "what to set"):
+        table.add_column(column)
+    for row in ServerCheck(**fields).rows():
+        table.add_row(*row)
+    Console(width=max(Console().width, 160)).print(table)  # the advice column stays legible
+
+
+def _directory(name: str) -> Path | None:
+    path = Path(name).expanduser()
+    return path if path.is_dir() else None
+
+
+def _parity_local(args: argparse.Namespace) -> Path | None:
+    """The served model's directory (``--parity-local``, else ``--model`` when it is one), checked.
+
+    Raises:
+        UsageError: ``--parity`` without ``--sim-url``, below 0, or a ``--parity-local`` that is no directory.
+    """
+    from dreamgym.core.errors import UsageError
+
+    if args.parity < 0:
+        raise UsageError(f"--parity N takes a number of prompts >= 1, got {args.parity}")
+    if args.parity and not args.sim_url:
+        raise UsageError("--parity checks a served model: give --sim-url URL and --model NAME")
+    if args.parity_local is not None and not args.parity_local.is_dir():
+        raise UsageError(f"--parity-local {args.parity_local}: no model directory there")
+    local: Path | None = args.parity_local
+    return local
+
+
+def _with_template(source: Any, meta: dict[str, Any]) -> Any:
+    """The served model asked in the template its directory records it was trained with."""
+    from dataclasses import replace
+
+    from dreamgym.simulator import TemplateConfig
+
+    recorded = meta.get("template")
+    return replace(source, template=TemplateConfig(**recorded)) if recorded else source
+
+
 def _run_eval(args: argparse.Namespace) -> int:
     import anyio
 
@@ -196,6 +282,7 @@ def _run_eval(args: argparse.Namespace) -> int:
                 f"--held-out {value}: give TASK[:SEED] pairs here; the store of steps to predict is --steps"
             )
     chosen = hold_outs(args.held_out)
+    local_dir = _parity_local(args)
     defaults = args.model == "default" and args.store is None and not args.sim_url
     if args.steps is None and not defaults:
         raise UsageError("give --steps STORE, the real steps to predict (only the offline default has its own)")
@@ -209,10 +296,13 @@ def _run_eval(args: argparse.Namespace) -> int:
         args.steps = anyio.run(ensure_held_out)
         print(f"predicting the offline default's held-out steps ({args.steps})", file=sys.stderr)
     meta = read_metadata(source) if isinstance(source, Path) else {}
+    if not isinstance(source, Path) and (local_dir := local_dir or _directory(args.model)) is not None:
+        meta = read_metadata(local_dir)  # the served model's own directory: its template and held-out pairs
+        source = _with_template(source, meta)
     held_out = [*chosen, *((task, seed) for task, seed in meta.get("held_out", []))]
     shown = source.name if isinstance(source, Path) else f"{source.model} at {source.url}"
 
-    async def go() -> dict[str, Any]:
+    async def go() -> tuple[dict[str, Any], int]:
         async with AsyncExitStack() as stack:
             store = await stack.enter_async_context(open_store(args.store, readonly=True))
             same = args.steps.resolve() == args.store.resolve()
@@ -223,25 +313,38 @@ def _run_eval(args: argparse.Namespace) -> int:
             if args.limit:
                 keep = {s.episode_id for s in steps[: args.limit]}
                 steps = [s for s in steps if s.episode_id in keep]
-            model = load_experience_model(source)
+            model = load_experience_model(source, max_attempts=args.sim_attempts)
             k = model.config.template.neighbours
-            return await one_step_fidelity(model, steps, store=store, neighbours=k, exclude_task_seeds=held_out)
+            if args.parity:
+                check = await _parity(model, steps[: args.parity], store, held_out, local_dir)
+                return check.as_dict(), 0
+            results = await one_step_fidelity(model, steps, store=store, neighbours=k, exclude_task_seeds=held_out)
+            return results, model.stats.repeated_retries
 
-    results = anyio.run(go)
+    results, repeated = anyio.run(go)
+    if args.parity:
+        _print_parity(results, shown, json_lines=args.json)
+        return 0
+    if repeated:
+        from dreamgym.simulator.backends import repeated_retry_advice
+
+        print(f"{repeated} retries came back with the text of the attempt before them: "
+              f"{repeated_retry_advice(shown, getattr(source, 'url', None))}", file=sys.stderr)  # fmt: skip
     if args.json:
         for summary in results.values():
-            print(json.dumps(summary.as_dict()))
+            print(json.dumps({**summary.as_dict(), "repeated_retries": repeated if summary.name == "model" else 0}))
         return 0
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"one-step fidelity on {args.steps} (model {shown})")
     columns = ("reward_accuracy", "done_accuracy", "exact_match", "similarity", "f1", "hallucination_rate")
-    for column in ("", "n", *columns, "failures", "salvaged", "s/step"):
+    for column in ("", "n", *columns, "failures", "salvaged", "repeated retries", "s/step"):
         table.add_column(column)
     for summary in results.values():
         row = summary.as_dict()
         table.add_row(summary.name, str(summary.n), *(f"{row[c]:.3f}" for c in columns), str(summary.failures),
-                      str(summary.salvaged), f"{summary.seconds_per_step:.3f}")  # fmt: skip
+                      str(summary.salvaged), str(repeated) if summary.name == "model" else "-",
+                      f"{summary.seconds_per_step:.3f}")  # fmt: skip
     Console().print(table)
     return 0

@@ -40,6 +40,7 @@ from dreamgym.simulator._judge import OutcomeJudge
 from dreamgym.simulator._parse import ParsedAnswer, parse_answer, parse_initial_answer
 from dreamgym.simulator._rules import rule_writes_page
 from dreamgym.simulator._templates import TemplateConfig
+from dreamgym.simulator.backends._retries import RetryWatch
 
 __all__ = ["ExperienceModelConfig", "ExperienceModelStats", "LLMExperienceModel", "call_cache_key"]
 
@@ -94,6 +95,9 @@ class ExperienceModelStats:
     """Predictions taken, after every attempt failed, from an answer whose diff only partly applied."""
     failed_predictions: int = 0
     """Predictions whose every attempt was malformed (each ends an episode as truncated)."""
+    repeated_retries: int = 0
+    """Retries sampled at a temperature above 0 that came back with the text of the attempt before them: a
+    served model whose server does not sample (see :class:`~dreamgym.simulator.backends.RetryWatch`)."""
 
     def as_metrics(self) -> dict[str, int]:
         return {f"sim/{key}": value for key, value in asdict(self).items()}
@@ -151,6 +155,7 @@ class LLMExperienceModel:
         self.config = config or ExperienceModelConfig()
         self.store = store
         self.stats = ExperienceModelStats()
+        self.retries = RetryWatch(backend_id=backend.backend_id, base_url=getattr(backend, "base_url", None))
 
     @property
     def model_id(self) -> str:
@@ -175,7 +180,10 @@ class LLMExperienceModel:
         errors: list[str] = []
         answers: list[str] = []
         for attempt in range(self.config.max_attempts):
-            completion = await self._call(messages, self._sampling(query.seed, len(query.history), attempt))
+            sampling = self._sampling(query.seed, len(query.history), attempt)
+            completion = await self._call(messages, sampling)
+            if answers:
+                self._watch_retry(answers[-1], completion, sampling)
             try:
                 answer = parse_answer(completion.text, current.state)
             except ModelOutputError as exc:
@@ -246,9 +254,13 @@ class LLMExperienceModel:
         """
         messages = self.config.template.initial_messages(task, seed=seed)
         errors = []
+        previous: str | None = None
         for attempt in range(self.config.max_attempts):
             sampling = replace(self._sampling(seed, 0, attempt), max_new_tokens=self.config.initial_max_new_tokens)
             completion = await self._call(messages, sampling, self.config.template.initial_template_id)
+            if previous is not None:
+                self._watch_retry(previous, completion, sampling)
+            previous = completion.text
             try:
                 state = parse_initial_answer(completion.text)
             except ModelOutputError as exc:
@@ -258,6 +270,13 @@ class LLMExperienceModel:
             return Observation(state=state.render(), url=task.start_url)
         self.stats.failed_predictions += 1
         raise ModelOutputError(f"{self.model_id} could not write the first page of {task.task_id}: {'; '.join(errors)}")
+
+    def _watch_retry(self, previous: str, completion: Completion, sampling: Sampling) -> None:
+        """Count a retry that repeated the attempt before it (a cached answer says nothing of the server)."""
+        if not completion.cached and self.retries.answered(
+            previous=previous, text=completion.text, temperature=sampling.temperature
+        ):
+            self.stats.repeated_retries += 1
 
     def _sampling(self, seed: int | None, depth: int, attempt: int) -> Sampling:
         base = self.config.sampling

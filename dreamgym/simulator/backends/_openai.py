@@ -1,9 +1,15 @@
 """A :class:`~dreamgym.core.protocols.TextBackend` for OpenAI-compatible chat servers.
 
-OpenAI itself, vLLM, SGLang, llama.cpp's server and TGI all speak
-``POST /v1/chat/completions``. The ``openai`` client's own retries are turned
-off: this module retries by its own, documented rules, so what a failing
-server costs (attempts, waits, the final error) is defined and tested.
+OpenAI itself, vLLM, SGLang, llama.cpp's server, TGI and ``transformers serve``
+all speak ``POST /v1/chat/completions``. The ``openai`` client's own retries
+are turned off: this module retries by its own, documented rules, so what a
+failing server costs (attempts, waits, the final error) is defined and tested.
+
+Servers differ in what they honour (see ``docs/guides/served-models.md`` and
+:func:`~dreamgym.simulator.backends.check_server`). One difference is mended
+here: ``transformers serve`` stops at a stop string but keeps it in the
+answer, where OpenAI's API leaves it out; answers are cut at their first stop
+string, so every server answers as the in-process backend does.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import random
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -107,6 +114,8 @@ class OpenAIBackend:
         max_retries: Further attempts after the first fails transiently.
         backoff_s: The first wait between attempts (doubled for each further one).
         extra_body: Extra JSON fields for every request (e.g. vLLM's ``top_k``).
+        cut_at_stop: Cut each answer at its first stop string (for servers that keep it);
+            :func:`~dreamgym.simulator.backends.check_server` turns it off to see what the server does.
 
     Raises:
         ConfigError: A setting is out of range, or OpenAI is addressed without a key.
@@ -128,6 +137,7 @@ class OpenAIBackend:
         max_retries: int = 4,
         backoff_s: float = 0.5,
         extra_body: Mapping[str, Any] | None = None,
+        cut_at_stop: bool = True,
     ) -> None:
         from openai import AsyncOpenAI
 
@@ -137,6 +147,7 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.extra_body = dict(extra_body or {})
+        self.cut_at_stop = cut_at_stop
         self._client = AsyncOpenAI(
             base_url=base_url,
             api_key=_resolve_key(api_key, base_url),
@@ -166,7 +177,7 @@ class OpenAIBackend:
         while True:
             attempt += 1
             try:
-                return await self._attempt(request)
+                completion = await self._attempt(request)
             except _TransientError as failure:
                 if attempt > self.max_retries:
                     raise BackendError(
@@ -178,6 +189,10 @@ class OpenAIBackend:
                     "%s: attempt %d failed (%s); retrying in %.2f s", self.backend_id, attempt, failure.reason, delay
                 )
                 await anyio.sleep(delay)
+                continue
+            if self.cut_at_stop and sampling.stop:
+                completion = replace(completion, text=_cut_at_stop(completion.text, sampling.stop))
+            return completion
 
     async def aclose(self) -> None:
         """Close the HTTP client; calling it again does nothing."""
@@ -257,6 +272,12 @@ class OpenAIBackend:
             return retry_after_s
         base = min(_MAX_BACKOFF_S, self.backoff_s * 2.0 ** (attempt - 1))
         return base * self._jitter.uniform(0.5, 1.0)
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to its first stop string (all of it when none occurs)."""
+    cut = min((text.find(s) for s in stop if s and s in text), default=-1)
+    return text if cut < 0 else text[:cut]
 
 
 def _check_settings(model: str, max_concurrency: int, timeout_s: float, max_retries: int, backoff_s: float) -> None:
