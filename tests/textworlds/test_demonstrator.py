@@ -95,3 +95,15 @@ def test_collected_steps_carry_the_game_and_seed_as_task_and_seed(collected: Pat
 def test_collected_episodes_are_wins(collected: Path, tmp_path: Path) -> None:
     episodes = _records(collected, tmp_path, "episode")
     assert [row["success"] for row in episodes] == [True, True]
+
+
+def test_collect_on_an_alfworld_folder_wins_its_pddl_game(tmp_path: Path) -> None:
+    pytest.importorskip("fast_downward", reason="ALFWorld's PDDL games need textworld[pddl]")
+    from pddl_game import write_pddl_game
+
+    folder = tmp_path / "valid_seen"
+    write_pddl_game(folder / "put-apple-in-fridge" / "trial_1")
+    store = tmp_path / "store"
+    out = dreamgym("collect", "--store", str(store), "--tasks", f"textworld:{folder}", "--max-steps", "8",
+                   "--embedder", "hashing-64").stdout  # fmt: skip
+    assert "real: 1/1 episodes succeeded" in out
