@@ -46,7 +46,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import commit, emit, provenance
 
-ROWS = ("in_process", "served", "served_sampling", "served_no_retries", "in_process_no_retries")
+ROWS = ("in_process", "in_process_no_retries", "served", "served_sampling", "served_no_retries")
+BASELINE = {"served_no_retries": "in_process_no_retries", "in_process_no_retries": "in_process_no_retries"}
+"""Each row's same-run baseline: the model in process with as many attempts (``in_process`` otherwise)."""
+FIGURES = (("salvaged", "salvaged answers", "answers"), ("done_accuracy", "end of episode right", "share"),
+           ("exact_match", "exact page", "share"), ("repeated_retries", "retries that repeated the attempt before",
+           "retries"))  # fmt: skip
 SAMPLE = {"do_sample": True, "top_k": 0}
 
 
@@ -93,6 +98,7 @@ async def measure(args: argparse.Namespace, rows: list[str], url: str, sampling_
         "in_process_no_retries": (args.model, 1),
     }
     figures: dict[str, Any] = {}
+    emitted: list[dict[str, Any]] = []
     async with (
         LmdbReplayStore(args.store, readonly=True) as store,
         LmdbReplayStore(args.steps, readonly=True) as real,
@@ -106,9 +112,10 @@ async def measure(args: argparse.Namespace, rows: list[str], url: str, sampling_
                                               exclude_task_seeds=held_out)  # fmt: skip
             figures[row] = _row(results["model"], model, time.perf_counter() - started)
             await model.backend.aclose()
-            base = figures.get("in_process", figures[row])
-            emit(f"{row}: end of episode right", figures[row]["done_accuracy"], "share", "in_process",
-                 base["done_accuracy"], row=row, **figures[row])  # fmt: skip
+            baseline = BASELINE.get(row, "in_process")
+            base = figures.get(baseline, figures[row])
+            for key, name, unit in FIGURES:
+                emitted.append(emit(f"{row}: {name}", figures[row][key], unit, baseline, base[key], row=row))
         check = None
         if args.parity:
             served = load_experience_model(sources["served"][0])
@@ -116,8 +123,10 @@ async def measure(args: argparse.Namespace, rows: list[str], url: str, sampling_
             local = LocalBackend.load(args.model)
             found = await check_server(served.backend, prompts, local=local, max_new_tokens=384)
             check = found.as_dict()
-            print(json.dumps({"parity": check}), flush=True)
-    return {"steps": len(steps), "limit": args.limit, "model": str(args.model), "rows": figures, "parity": check}
+            emitted.append(emit("parity: greedy answers identical to in process", found.identical_share or 0.0,
+                                "share", "all of them", 1.0, **check))  # fmt: skip
+    return {"steps": len(steps), "limit": args.limit, "model": str(args.model), "figures": emitted, "rows": figures,
+            "parity": check}  # fmt: skip
 
 
 def _first_episodes(real: Any, limit: int) -> list[Any]:
