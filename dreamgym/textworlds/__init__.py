@@ -10,7 +10,8 @@ the protocols. See ``docs/concepts/text-worlds.md`` for the state decision and
 - :func:`parse_text_world_tasks`: the ``textworld:`` grammar of ``--tasks``; :class:`Recipe` and
   :class:`GameCache`: generated games, once per (recipe, seed); :func:`game_hash`: a game's content digest, and
   :func:`seeds_apart`: training seeds whose games no held-out seed makes.
-- :func:`render_text_state`: a text observation in ``core``'s state format.
+- :func:`render_text_state`: a text observation in ``core``'s state format; :func:`command_f1`: how well
+  a predicted state's commands match the game's.
 - :class:`WalkthroughDemonstrator`: a scripted policy that plays each game's walkthrough.
 """
 
@@ -25,7 +26,15 @@ from dreamgym.textworlds._games import (
     file_game_info,
     game_hash,
 )
-from dreamgym.textworlds._state import COMMAND_BOX, CommandIds, TextFrame, clean_game_text, render_text_state
+from dreamgym.textworlds._state import (
+    COMMAND_BOX,
+    CommandIds,
+    TextFrame,
+    clean_game_text,
+    command_f1,
+    render_text_state,
+    state_commands,
+)
 from dreamgym.textworlds._tasks import (
     BENCHMARK,
     GAME_SUFFIXES,
@@ -56,6 +65,7 @@ __all__ = [
     "TextWorldEnv",
     "WalkthroughDemonstrator",
     "clean_game_text",
+    "command_f1",
     "default_cache_root",
     "file_game_info",
     "file_tasks",
@@ -68,6 +78,7 @@ __all__ = [
     "parse_text_world_tasks",
     "render_text_state",
     "seeds_apart",
+    "state_commands",
     "task_settings",
     "walkthrough_action",
 ]

@@ -27,7 +27,8 @@ typed command::
   ``type [cmd] [open the fridge]`` sends any text, which is how a chat policy types a command. Every
   other web action comes back as ``last_action_error``.
 - The candidate actions of the next state are part of the state the experience model predicts (the
-  ``list "commands"``), not derived by a rule.
+  ``list "commands"``), not derived by a rule; :func:`command_f1` scores a prediction's commands against
+  the game's.
 """
 
 from __future__ import annotations
@@ -36,9 +37,17 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dreamgym.core.state import Element, State, render_state
+from dreamgym.core.state import Element, State, flatten, parse_state, render_state
 
-__all__ = ["COMMAND_BOX", "CommandIds", "TextFrame", "clean_game_text", "render_text_state"]
+__all__ = [
+    "COMMAND_BOX",
+    "CommandIds",
+    "TextFrame",
+    "clean_game_text",
+    "command_f1",
+    "render_text_state",
+    "state_commands",
+]
 
 COMMAND_BOX = "cmd"
 """The id of the text box a typed command goes into (``type [cmd] [open fridge]``)."""
@@ -134,3 +143,30 @@ def render_text_state(frame: TextFrame, ids: CommandIds) -> str:
     buttons = tuple(Element(role="button", name=command, id=ids.id_of(command)) for command in frame.commands)
     elements.append(Element(role="list", name="commands", children=buttons))
     return render_state(State(tuple(elements)))
+
+
+def state_commands(state: str | State) -> frozenset[str]:
+    """The commands a text-world state lists (its buttons' names), real or predicted.
+
+    Raises:
+        StateFormatError: ``state`` is text outside the state grammar.
+    """
+    parsed = parse_state(state) if isinstance(state, str) else state
+    return frozenset(f.element.name for f in flatten(parsed) if f.element.role == "button" and f.element.name)
+
+
+def command_f1(predicted: str | State, real: str | State) -> float:
+    """F1 of the commands a predicted state lists against those the game admits in the real one.
+
+    The experience model writes the next state's commands itself (they are part of the state it
+    predicts); this is how close it comes. Two states with no commands agree fully (1.0).
+
+    Example:
+        >>> command_f1('list "commands"\\n  [c1] button "look"', 'list "commands"\\n  [c1] button "look"')
+        1.0
+    """
+    guessed, admitted = state_commands(predicted), state_commands(real)
+    if not guessed and not admitted:
+        return 1.0
+    hits = len(guessed & admitted)
+    return 2 * hits / (len(guessed) + len(admitted))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dreamgym.core import candidate_actions, parse_state, render_state
-from dreamgym.textworlds import CommandIds, TextFrame, clean_game_text, render_text_state
+from dreamgym.textworlds import CommandIds, TextFrame, clean_game_text, command_f1, render_text_state
 
 FRAME = TextFrame(
     description="-= Kitchen =-\nYou are in a kitchen.\n\nThere is a fridge here.",
@@ -55,3 +55,19 @@ def test_cleaning_drops_the_prompt_and_status_line() -> None:
 def test_cleaning_drops_the_end_of_game_menu() -> None:
     text = "You win.\n\nWould you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command?\n>"
     assert clean_game_text(text) == "You win."
+
+
+def _listing(*commands: str) -> str:
+    return render_text_state(TextFrame(commands=commands), CommandIds())
+
+
+def test_command_f1_of_the_same_commands_is_one() -> None:
+    assert command_f1(_listing("look", "go east"), _listing("go east", "look")) == 1.0
+
+
+def test_command_f1_counts_missing_and_invented_commands() -> None:
+    assert command_f1(_listing("look", "dance"), _listing("look", "go east")) == 0.5
+
+
+def test_command_f1_of_no_commands_on_either_side_is_one() -> None:
+    assert command_f1(_listing(), _listing()) == 1.0
