@@ -138,6 +138,8 @@ def _run_train(args: argparse.Namespace) -> int:
         if shared := sorted({t.task_id for t in tasks} & {t.task_id for t in eval_tasks}):
             raise UsageError(f"--eval-tasks shares {shared[0]} with --tasks; held-out tasks must be unseen")
         eval_seeds = eval_seeds[:1]  # each held-out task once
+    if seeded and eval_seeds:
+        train_seeds = _apart_from_held_out(tasks, eval_tasks, train_seeds, eval_seeds)
     held = (
         held_out([task.task_id for task in eval_tasks], eval_seeds)
         if seeded
@@ -218,6 +220,23 @@ def _run_train(args: argparse.Namespace) -> int:
         print(f"  held-out success after {update} updates: {evaluation.successes}/{evaluation.episodes} "
               f"({evaluation.success_rate:.2f}, 95% CI {low:.2f}-{high:.2f}{cut})")  # fmt: skip
     return 0
+
+
+def _apart_from_held_out(tasks: list[Any], eval_tasks: list[Any], train_seeds: list[int],
+                         eval_seeds: list[int]) -> list[int]:  # fmt: skip
+    """The training seeds whose games no held-out seed of the same text-world task makes (small generated
+    worlds repeat across seeds: told apart by content, ``dreamgym.textworlds.seeds_apart``); other tasks'
+    seeds as given."""
+    from dreamgym.textworlds import is_text_world, seeds_apart
+
+    held_ids = {task.task_id for task in eval_tasks}
+    kept = list(train_seeds)
+    for task in tasks:
+        if is_text_world(task) and task.task_id in held_ids:
+            kept = seeds_apart(task, kept, eval_seeds)
+    if dropped := sorted(set(train_seeds) - set(kept)):
+        print(f"note: training seeds {dropped} make held-out seeds' games; left out", file=sys.stderr)
+    return kept
 
 
 def _anchor_episodes(args: argparse.Namespace, tasks: list[Any], train_seeds: list[int]) -> list[Any]:
