@@ -74,6 +74,7 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser; ``train``'s many settings only when ``argv`` runs ``train`` (they import torch)."""
     parser = argparse.ArgumentParser(prog="dreamgym", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     from dreamgym.cli.demo import add_demo_command
@@ -94,6 +95,16 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_train_command(commands, config_flags=command == "train")
     add_validate_command(commands)
     return parser
+
+
+def _version() -> str:
+    """The installed package's version (``pyproject.toml``'s), or ``unknown`` when dreamgym runs uninstalled."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dreamgym")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _setup_logging(verbose: bool) -> Any:
