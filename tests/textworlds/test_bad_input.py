@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
+import pytest
 from helpers import dreamgym
 
 
@@ -19,17 +21,20 @@ def test_the_refusal_says_which_setting(tmp_path: Path) -> None:
     assert "take=3" in result.stderr
 
 
-def test_a_game_file_that_does_not_load_ends_its_episode_with_the_reason(tmp_path: Path) -> None:
-    game = tmp_path / "broken.z8"
+@pytest.fixture(scope="module")
+def broken_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    root = tmp_path_factory.mktemp("broken")
+    game = root / "broken.z8"
     game.write_bytes(b"not a story file")
-    result = dreamgym("collect", "--store", str(tmp_path / "s"), "--tasks", f"textworld:{game}", "--policy", "random",
-                      "--embedder", "hashing-64", check=False)  # fmt: skip
-    assert "does not load" in result.stderr
+    return dreamgym("collect", "--store", str(root / "s"), "--tasks", f"textworld:{game}", "--policy", "random",
+                    "--embedder", "hashing-64", check=False)  # fmt: skip
 
 
-def test_a_game_file_that_does_not_load_prints_no_traceback(tmp_path: Path) -> None:
-    game = tmp_path / "broken.z8"
-    game.write_bytes(b"not a story file")
-    result = dreamgym("collect", "--store", str(tmp_path / "s"), "--tasks", f"textworld:{game}", "--policy", "random",
-                      "--embedder", "hashing-64", check=False)  # fmt: skip
-    assert "Traceback" not in result.stderr
+def test_a_game_file_that_does_not_load_ends_its_episode_with_the_reason(
+    broken_run: subprocess.CompletedProcess[str],
+) -> None:
+    assert "does not load" in broken_run.stderr
+
+
+def test_a_game_file_that_does_not_load_prints_no_traceback(broken_run: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in broken_run.stderr
