@@ -21,4 +21,3 @@ def test_the_benchmarks_folder_has_scripts_and_probes() -> None:
 def test_the_script_answers_help(script: Path) -> None:
     result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-
