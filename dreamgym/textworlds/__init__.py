@@ -37,6 +37,7 @@ from dreamgym.textworlds._state import (
 )
 from dreamgym.textworlds._tasks import (
     BENCHMARK,
+    COOKING_FAMILY,
     GAME_SUFFIXES,
     INSTRUCTION,
     PREFIX,
@@ -53,6 +54,7 @@ __all__ = [
     "BENCHMARK",
     "CHALLENGES",
     "COMMAND_BOX",
+    "COOKING_FAMILY",
     "GAME_SUFFIXES",
     "INSTRUCTION",
     "PREFIX",
