@@ -367,9 +367,9 @@ def add_served_sim_arguments(parser: argparse.ArgumentParser, model_flag: str) -
                         help="ask the server to keep answers to the template's form: vLLM's structured_outputs "
                              "regex (vllm), its older guided_regex (vllm-guided), SGLang's regex (sglang)")  # fmt: skip
     parser.add_argument("--sim-attempts", type=int, default=3, metavar="N",
-                        help="attempts per prediction when the served experience model's answer is malformed "
-                             "(sim eval: a local one's too); retries sample at temperature 0.7, so give 1 where the "
-                             "server does not sample (default: 3)")  # fmt: skip
+                        help="attempts per prediction when the experience model's answer is malformed (served or "
+                             "local); retries sample at temperature 0.7, so give 1 where a server does not sample "
+                             "(default: 3)")  # fmt: skip
 
 
 def experience_model_source(args: argparse.Namespace, name: str, model_flag: str) -> Any:
@@ -402,8 +402,21 @@ def experience_model_source(args: argparse.Namespace, name: str, model_flag: str
     attempts = getattr(args, "sim_attempts", 3)
     if attempts < 1:
         raise UsageError(f"--sim-attempts must be >= 1 (1: no retry), got {attempts}")
-    return ServedModel(model=name, url=url, structured=getattr(args, "sim_structured", "none"), attempts=attempts,
-                       **served_settings(args, "sim"))  # fmt: skip
+    served = ServedModel(model=name, url=url, structured=getattr(args, "sim_structured", "none"), attempts=attempts,
+                         **served_settings(args, "sim"))  # fmt: skip
+    return _in_its_template(served)
+
+
+def _in_its_template(served: Any) -> Any:
+    """A served model whose name is a local directory (``transformers serve`` names models by their path) with the
+    template that directory records it was trained on (``dreamgym sim train``'s metadata), else as it is."""
+    from dataclasses import replace
+
+    from dreamgym.simulator import TemplateConfig, read_metadata
+
+    local = Path(served.model).expanduser()
+    recorded = read_metadata(local).get("template") if local.is_dir() else None
+    return replace(served, template=TemplateConfig(**recorded)) if recorded else served
 
 
 def embedder_named(name: str | None) -> Any:

@@ -128,6 +128,7 @@ def open_run(
     settings = StackSettings(
         store=args.store,
         sim_model=experience_model_source(args, args.sim_model, "--sim-model") if simulator else None,
+        sim_attempts=getattr(args, "sim_attempts", None) if simulator else None,
         embedder=embedder_named(args.embedder),
         sites=tuple(sites),
         runtime=RuntimeConfig(max_steps=args.max_steps, real_concurrency=concurrency),

@@ -183,6 +183,7 @@ def _run_train(args: argparse.Namespace) -> int:
         store=args.store,
         eval_store=args.eval_store or config.output_dir / "eval-store",
         sim_model=sim_model,
+        sim_attempts=args.sim_attempts,
         exclude_task_seeds=held,
         sites=tuple(sites),
         refit=refit,

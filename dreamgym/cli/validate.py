@@ -182,8 +182,9 @@ async def _validate(
                 raise UsageError(f"{args.store} holds no real step of {asked} (--tasks, --held-out)")
         served = not isinstance(model_dir, Path)  # a served model samples as its --sim-* flags say
         model = load_experience_model(
-            model_dir, sampling=None if served else Sampling(max_new_tokens=args.max_new_tokens)
-        )
+            model_dir, sampling=None if served else Sampling(max_new_tokens=args.max_new_tokens),
+            max_attempts=args.sim_attempts,
+        )  # fmt: skip
         variants = None
         if args.ablations:
             variants = ablation_variants(model, trained_with_reasoning=bool(meta.get("trained_with_reasoning")))

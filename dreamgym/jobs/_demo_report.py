@@ -115,6 +115,8 @@ class RolloutFigures:
     synthetic_successes: int
     """Episodes the simulator judged successful (its say, not the site's)."""
     errors: Mapping[str, int] = field(default_factory=dict)
+    sim_repeated_retries: int = 0
+    """The experience model's retries that repeated the attempt before them (a server that does not sample)."""
 
     @classmethod
     def of(cls, results: Sequence[GroupResult], snapshot: RuntimeSnapshot) -> RolloutFigures:
@@ -132,6 +134,7 @@ class RolloutFigures:
             real_successes=successes("real"),
             synthetic_successes=successes("synthetic"),
             errors=dict(snapshot.errors),
+            sim_repeated_retries=snapshot.sim_repeated_retries,
         )
 
 
@@ -344,6 +347,8 @@ def summary_rows(report: DemoReport) -> list[tuple[str, str, str]]:
          f"{shadow.zero_reward_correct} / {shadow.majority_reward_correct}", f"of n = {shadow.n}"),
         ("real rollout success", *_rate(roll.real_successes, roll.real_episodes)),
         ("synthetic rollout success (simulator's say)", *_rate(roll.synthetic_successes, roll.synthetic_episodes)),
+        ("  simulator retries that repeated the answer before", str(roll.sim_repeated_retries),
+         "a served model whose server does not sample (docs/guides/served-models.md)"),
         ("training", report.training["status"], _training_note(report.training)),
     ]  # fmt: skip
     rows += [(f"wall-clock: {name}", f"{seconds:.1f} s", "") for name, seconds in report.phases.items()]

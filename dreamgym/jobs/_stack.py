@@ -69,6 +69,9 @@ class StackSettings:
     retrieval or refit data."""
     sim_model: Path | ServedModel | None = None
     """The experience model's directory, or a served one; ``None`` runs real groups only."""
+    sim_attempts: int | None = None
+    """Attempts per prediction when the experience model's answer is malformed; ``None``: 3, or a served
+    model's own :attr:`~dreamgym.simulator.ServedModel.attempts`."""
     exclude_task_seeds: tuple[tuple[str, int | None], ...] = ()
     """Held-out (task, seed) pairs (seed ``None``: the whole task): never retrieved by the simulator."""
     refit: Callable[[anyio.CapacityLimiter], Refit] | None = None
@@ -161,7 +164,9 @@ async def open_stack(settings: StackSettings, limiter: anyio.CapacityLimiter) ->
             reset_hook=settings.reset_hook,
         )
         if settings.sim_model is not None:
-            model = load_experience_model(settings.sim_model, store=store, limiter=limiter)
+            model = load_experience_model(
+                settings.sim_model, store=store, limiter=limiter, max_attempts=settings.sim_attempts
+            )
             sides.slot = ModelSlot(model, settings.refit(limiter) if settings.refit is not None else None)
             sides.synthetic_env = grounded_simulator(
                 sides.slot, store, neighbours=model.config.template.neighbours, max_steps=runtime.max_steps,
@@ -212,7 +217,17 @@ async def open_runtime(settings: StackSettings, policy: PolicyFactory) -> AsyncI
             torch_limiter=limiter,
         ) as runtime,
     ):
+        if sides.slot is not None:
+            slot = sides.slot
+            runtime.stats.repeated_retries = lambda: _repeated_retries(slot.current)
         yield runtime, sides
+
+
+def _repeated_retries(model: ExperienceModel) -> int:
+    """The model's retries that repeated the attempt before them (0 for a model that does not count them)."""
+    from dreamgym.simulator import LLMExperienceModel
+
+    return model.stats.repeated_retries if isinstance(model, LLMExperienceModel) else 0
 
 
 def grounded_simulator(

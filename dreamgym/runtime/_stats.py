@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from dreamgym.core.outcomes import deciding, shadow_right
@@ -43,6 +43,9 @@ class RuntimeSnapshot:
     """Episodes ended by an exception (by its class name) or cut from outside (by the truncation
     reason: ``deadline``, ``model_output``, ``page_crashed``, ``cancelled``...; ``step_limit`` is
     not an error). Failed shadow predictions count as ``shadow:<class name>``."""
+    sim_repeated_retries: int = 0
+    """Retries of the experience model at a temperature above 0 that came back with the text of the attempt
+    before them (``sim/repeated_retries`` of the model in use): a served model whose server does not sample."""
 
     @property
     def episodes(self) -> int:
@@ -84,6 +87,7 @@ class RuntimeSnapshot:
             "rollout/groups": self.groups,
             "rollout/inconsistent_groups": self.inconsistent_groups,
             "rollout/in_flight": self.in_flight,
+            "rollout/sim_repeated_retries": self.sim_repeated_retries,
         }
         decisions = [right for per_task in self.shadow_decisions.values() for right in per_task]
         if decisions:
@@ -109,6 +113,8 @@ class RuntimeStats:
         self._active_s = 0.0
         self._runs = 0
         self._since = 0.0
+        self.repeated_retries: Callable[[], int] = lambda: 0
+        """Reads the experience model's ``repeated_retries`` (set by whoever opens the model with the runtime)."""
 
     def run_started(self) -> None:
         if self._runs == 0:
@@ -160,6 +166,7 @@ class RuntimeStats:
             shadow_decisions={task: tuple(right for right, _ in memory) for task, memory in self._decisions.items()},
             shadow_models={task: tuple(model for _, model in memory) for task, memory in self._decisions.items()},
             errors=dict(self._errors),
+            sim_repeated_retries=self.repeated_retries(),
         )
 
     def as_metrics(self) -> dict[str, float]:

@@ -18,6 +18,7 @@ import pytest
 from helpers import dreamgym
 from sim_helpers import TOY_TEMPLATE, open_store
 from test_sim_cli import make_stores
+from tiny_models import tiny_policy
 from transformers_server import transformers_serve
 
 from dreamgym.core import ChatMessage, ExperienceQuery, ModelOutputError, Sampling, TextBackend
@@ -172,3 +173,40 @@ def test_sim_eval_parity_prints_one_table_of_what_the_server_honours(
                    served, "--sim-max-new-tokens", "32", "--parity", "3").stdout  # fmt: skip
     for row in ("greedy answers as in process", "3/3 (100%)", "samples at temperature > 0", "do_sample", "kept"):
         assert row in out, out
+
+
+@pytest.fixture(scope="module")
+def miniwob_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real click-test episode (Chromium), for rollouts to start from and retrieve."""
+    store = tmp_path_factory.mktemp("miniwob") / "store"
+    dreamgym("collect", "--store", str(store), "--tasks", "click-test", "--seeds", "0", "--embedder", "hashing-64")
+    return store
+
+
+def test_rollout_through_transformers_serve_ends_with_the_in_process_figures_when_retries_are_off(
+    served: str, tiny_sim_dir: Path, miniwob_store: Path
+) -> None:
+    common = ("rollout", "--store", str(miniwob_store), "--tasks", "click-test", "--seeds", "0", "--policy",
+              "random", "--max-steps", "2", "--sim-attempts", "1", "--sim-model", str(tiny_sim_dir))  # fmt: skip
+    in_process = dreamgym(*common, check=False)
+    through = dreamgym(*common, "--sim-url", served, check=False)
+    # the toy model cannot write a click-test page: both end the episode alike (model_output), and say so alike
+    assert (through.returncode, through.stdout) == (in_process.returncode, in_process.stdout)
+    assert _outcome(through.stderr) == _outcome(in_process.stderr)
+    assert "rollout/sim_repeated_retries" in through.stderr
+
+
+def _outcome(stderr: str) -> list[str]:
+    """The runtime's counters (but its rates and times) and the closing line."""
+    kept = [line for line in stderr.splitlines() if "rollout/" in line and "_per_s" not in line]
+    return [*kept, stderr.strip().splitlines()[-1]]
+
+
+def test_the_chat_policy_plays_an_episode_through_transformers_serve(
+    served: str, miniwob_store: Path, tmp_path: Path
+) -> None:
+    policy = tiny_policy(tmp_path / "policy")
+    out = dreamgym("collect", "--store", str(tmp_path / "store"), "--tasks", "click-test", "--seeds", "0",
+                   "--embedder", "hashing-64", "--policy", "chat", "--openai-url", served, "--policy-model",
+                   str(policy), "--max-steps", "2", "--max-new-tokens", "12", "--timeout", "60").stdout  # fmt: skip
+    assert "1 episodes; real: 0/1 episodes succeeded, 2 steps" in out
