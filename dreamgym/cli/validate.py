@@ -19,6 +19,7 @@ of seeded tasks, tasks without seeds whole.
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -145,11 +146,20 @@ def _run_validate(args: argparse.Namespace) -> int:
 
     if not getattr(args, "verbose", False):  # each unusable answer in the open loop would log a line
         logging.getLogger("dreamgym.simulator").setLevel(logging.WARNING)
-    report = anyio.run(_validate, args, model_dir, meta, chosen, held_out)
+    report, repeated = anyio.run(_validate, args, model_dir, meta, chosen, held_out)
     json_path, html_path = write_report(report, args.out)
     _print(report)
+    _print_repeated(repeated, model_dir)
     print(f"wrote {json_path} and {html_path}")
     return 0
+
+
+def _print_repeated(repeated: int, model_dir: Any) -> None:
+    """The experience model's retries that repeated the attempt before them, and what to change when any did."""
+    from dreamgym.simulator.backends import repeated_retry_advice
+
+    advice = f": {repeated_retry_advice(str(model_dir), getattr(model_dir, 'url', None))}" if repeated else ""
+    print(f"experience-model retries that repeated the attempt before them: {repeated}{advice}", file=sys.stderr)
 
 
 async def _validate(
@@ -158,7 +168,8 @@ async def _validate(
     meta: dict[str, Any],
     chosen: list[tuple[str, int | None]],
     held_out: list[tuple[str, int | None]],
-) -> Any:
+) -> tuple[Any, int]:
+    """The validation report, and the experience model's retries that repeated the attempt before them."""
     import anyio
 
     from dreamgym.core.protocols import Sampling
@@ -200,7 +211,8 @@ async def _validate(
             judge_episodes=args.judge_episodes,
             judge_sampling=judge_sampling,
         )
-        return await validate(model, steps, store=retrieval, config=config, ablations=variants, judge=judge)
+        report = await validate(model, steps, store=retrieval, config=config, ablations=variants, judge=judge)
+        return report, model.stats.repeated_retries
 
 
 def _live_policy_args(args: argparse.Namespace) -> argparse.Namespace:

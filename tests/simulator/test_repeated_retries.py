@@ -3,6 +3,7 @@ against the project's own OpenAI-compatible test server (scripted: it can act as
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import toy_form
 from helpers import dreamgym
 from openai_server import ServerState, openai_server
 from sim_helpers import TOY_TEMPLATE, ScriptedBackend
+from test_sim_cli import make_stores
 
 from dreamgym.core import ChatMessage, ExperienceQuery, ModelOutputError, Sampling
 from dreamgym.simulator import ExperienceModelConfig, LLMExperienceModel
@@ -152,3 +154,16 @@ def test_bad_parity_and_attempts_flags_are_one_line_exit_2(tmp_path: Any, argv: 
     result = dreamgym("sim", "eval", str(tmp_path), "--steps", str(tmp_path), *argv, check=False)
     assert result.returncode == 2, result.stderr
     assert says in result.stderr.strip().splitlines()[-1]
+
+
+def test_sim_eval_and_validate_show_the_retries_a_server_answered_without_sampling(tmp_path: Any) -> None:
+    train, held = make_stores(tmp_path)
+    state = ServerState(chat_reply=lambda body: "no answer here")
+    with openai_server(state) as (url, _):
+        served = ("--model", "served-sim", "--sim-url", url, "--limit", "2")
+        rows = dreamgym("sim", "eval", str(train), "--steps", str(held), *served, "--json").stdout.splitlines()
+        validated = dreamgym("validate", "--store", str(held), "--retrieval", str(train), *served, "--out",
+                             str(tmp_path / "report"))  # fmt: skip
+    model = next(row for row in map(json.loads, rows) if row["name"] == "model")
+    assert model["repeated_retries"] == 2 * model["n"]
+    assert f"repeated the attempt before them: {2 * model['n']}: the server at {url}" in validated.stderr
