@@ -101,6 +101,11 @@ def add_validate_command(commands: Any) -> None:
     live.add_argument("--max-steps", type=int, default=6, help="step limit of a live episode")
     live.add_argument("--real-concurrency", type=int, default=2, help="live episodes at once")
     live.add_argument("--temperature", type=float, default=1.0, help="the policy's sampling temperature")
+    live.add_argument("--policy-max-new-tokens", type=int, default=512, metavar="N",
+                      help="token budget of each answer of a served policy (--policy chat)")  # fmt: skip
+    live.add_argument("--policy-timeout", type=float, default=120.0, metavar="S",
+                      help="seconds each request of a served policy may take (a CPU server may answer at about a "
+                           "token a second)")  # fmt: skip
     add_worker_arguments(parser)
     add_config_file_option(parser)
     parser.set_defaults(run=_run_validate)  # fmt: skip
@@ -216,10 +221,11 @@ async def _validate(
 
 
 def _live_policy_args(args: argparse.Namespace) -> argparse.Namespace:
-    """The run arguments of the live policy (a chat policy's own settings at their defaults: --max-new-tokens
-    here is the experience model's)."""
-    return argparse.Namespace(**{**vars(args), "max_new_tokens": 512, "stop": None, "timeout": 120.0,
-                                 "server_concurrency": 8, "concurrency": args.real_concurrency})  # fmt: skip
+    """The run arguments of the live policy (a chat policy's budget and timeout from --policy-max-new-tokens and
+    --policy-timeout: --max-new-tokens here is the experience model's)."""
+    return argparse.Namespace(**{**vars(args), "max_new_tokens": args.policy_max_new_tokens, "stop": None,
+                                 "timeout": args.policy_timeout, "server_concurrency": 8,
+                                 "concurrency": args.real_concurrency})  # fmt: skip
 
 
 def _check_live(args: argparse.Namespace) -> None:
@@ -237,6 +243,8 @@ def _check_live(args: argparse.Namespace) -> None:
         raise UsageError(f"--live writes a new store of the live run; {args.store} already holds one")
     if args.episodes < 1 or args.real_concurrency < 1:
         raise UsageError("--episodes and --real-concurrency must be >= 1")
+    if args.policy_max_new_tokens < 1 or args.policy_timeout <= 0:
+        raise UsageError("--policy-max-new-tokens must be >= 1 and --policy-timeout above 0")
     check_run_arguments(_live_policy_args(args))
 
 

@@ -167,3 +167,11 @@ def test_sim_eval_and_validate_show_the_retries_a_server_answered_without_sampli
     model = next(row for row in map(json.loads, rows) if row["name"] == "model")
     assert model["repeated_retries"] == 2 * model["n"]
     assert f"repeated the attempt before them: {2 * model['n']}: the server at {url}" in validated.stderr
+
+
+def test_validate_live_takes_the_served_policys_budget_and_timeout_as_flags(tmp_path: Any) -> None:
+    result = dreamgym("validate", "--live", "--tasks", "click-test", "--store", str(tmp_path / "store"), "--policy",
+                      "chat", "--policy-model", "m", "--openai-url", "http://127.0.0.1:9/v1", "--policy-timeout", "0",
+                      "--out", str(tmp_path / "out"), check=False)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "--policy-timeout above 0" in result.stderr.strip().splitlines()[-1]
