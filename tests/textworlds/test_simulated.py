@@ -72,3 +72,13 @@ def test_every_training_mode_runs_on_text_worlds(
                str(setup / "policy"), "--policy-mode", "index", "--store", str(store), "--output-dir",
                str(tmp_path / "out"))  # fmt: skip
     assert f"{mode[0]}: 2 updates" in out
+
+
+def test_validate_live_on_a_text_world_writes_its_report(setup: Path, cache_home: Path, tmp_path: Path) -> None:
+    """The game is the live environment: a validation seed's game is played into a new store, then the model
+    is validated on its steps beside the baselines."""
+    dreamgym("validate", "--live", "--store", str(tmp_path / "live"), "--model", str(setup / "sim"),
+             "--retrieval", str(setup / "store"), "--tasks", SPEC, "--seeds", "2000", "--policy", "random",
+             "--episodes", "1", "--max-steps", "2", "--limit", "1", "--out", str(tmp_path / "report"),
+             env={"DREAMGYM_CACHE": str(cache_home)})  # fmt: skip
+    assert (tmp_path / "report" / "validation.json").is_file()
