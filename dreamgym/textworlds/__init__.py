@@ -19,6 +19,7 @@ from dreamgym.textworlds._demonstrator import WalkthroughDemonstrator, walkthrou
 from dreamgym.textworlds._env import TextWorldConfig, TextWorldEnv, open_game, open_text_world_envs
 from dreamgym.textworlds._games import (
     CHALLENGES,
+    TEXTWORLD_LOCK,
     GameCache,
     GameInfo,
     Recipe,
@@ -58,6 +59,7 @@ __all__ = [
     "GAME_SUFFIXES",
     "INSTRUCTION",
     "PREFIX",
+    "TEXTWORLD_LOCK",
     "CommandIds",
     "GameCache",
     "GameInfo",

@@ -152,7 +152,7 @@ class TextWorldEnv:
         try:
             with anyio.fail_after(self.config.reset_deadline_s):
                 game = await anyio.to_thread.run_sync(game_for, task, seed)
-                state = await self._call(functools.partial(self._start, game))
+                state = await self._call(functools.partial(self._start, game), wait_s=self.config.reset_deadline_s)
         except TimeoutError as exc:
             raise BackendError(f"task {task.task_id} did not start within {self.config.reset_deadline_s} s") from exc
         limit = task.max_steps or self.config.max_steps
@@ -200,8 +200,9 @@ class TextWorldEnv:
 
     # ------------------------------------------------------------------ internals
 
-    async def _call(self, fn: Callable[[], T]) -> T:
-        return await anyio.to_thread.run_sync(functools.partial(_locked, fn), abandon_on_cancel=True)
+    async def _call(self, fn: Callable[[], T], *, wait_s: float | None = None) -> T:
+        locked = functools.partial(_locked, fn, wait_s or self.config.step_deadline_s)
+        return await anyio.to_thread.run_sync(locked, abandon_on_cancel=True)
 
     def _start(self, game: GameInfo) -> Any:
         if self._engine is None or self._engine_path != str(game.path):
@@ -216,12 +217,18 @@ class TextWorldEnv:
 
     def _close_engine(self) -> None:
         engine, self._engine, self._engine_path = self._engine, None, ""
-        if engine is not None:
-            try:
-                with TEXTWORLD_LOCK:
-                    engine.close()
-            except Exception as exc:  # a dead engine may fail to close; it is gone either way
-                log.debug("closing a text-world engine failed: %s", exc)
+        if engine is None:
+            return
+        # A hung engine's thread may hold the lock for good: then the engine is left to the garbage collector.
+        if not TEXTWORLD_LOCK.acquire(timeout=1.0):
+            log.warning("a text-world engine was left unclosed: TextWorld is busy in another thread")
+            return
+        try:
+            engine.close()
+        except Exception as exc:  # a dead engine may fail to close; it is gone either way
+            log.debug("closing a text-world engine failed: %s", exc)
+        finally:
+            TEXTWORLD_LOCK.release()
 
     def _command(self, episode: _Episode, action: Action) -> tuple[str | None, str]:
         """The command to send, or ``None`` and why the action cannot be one."""
@@ -340,9 +347,15 @@ def story_file_problem(path: Path) -> str:
     return ""
 
 
-def _locked(fn: Callable[[], T]) -> T:
-    with TEXTWORLD_LOCK:
+def _locked(fn: Callable[[], T], timeout: float) -> T:
+    """``fn()`` under :data:`TEXTWORLD_LOCK`; a lock held past ``timeout`` (an engine hung in another
+    thread holds it for good) is a :class:`BackendError`, so the episode is cut instead of hanging."""
+    if not TEXTWORLD_LOCK.acquire(timeout=timeout):
+        raise BackendError(f"TextWorld stayed busy in another thread for {timeout} s (a hung game engine)")
+    try:
         return fn()
+    finally:
+        TEXTWORLD_LOCK.release()
 
 
 def _get(state: Any, key: str, default: Any) -> Any:

@@ -272,3 +272,31 @@ async def test_the_demonstrator_plays_a_pddl_games_walkthrough(alfworld_folder: 
     decision = await policy.act(task, [], observation)
     await env.aclose()
     assert decision.action.label == "take apple from counter"
+
+
+async def test_an_engine_hung_in_another_thread_cuts_the_episode_instead_of_hanging(
+    tiny_task: Task, tiny_games: dict[int, GameInfo]
+) -> None:
+    import threading
+
+    from dreamgym.textworlds import TEXTWORLD_LOCK
+
+    env = TextWorldEnv(TextWorldConfig(step_deadline_s=0.5))
+    await env.reset(tiny_task, seed=0)
+    held, release = threading.Event(), threading.Event()
+
+    def hang() -> None:  # stands for a game engine stuck inside TextWorld
+        with TEXTWORLD_LOCK:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hang)
+    thread.start()
+    held.wait(5)
+    try:
+        result = await env.step(parse_action("type [cmd] [look]"))
+    finally:
+        release.set()
+        thread.join()
+    await env.aclose()
+    assert result.truncated
