@@ -7,6 +7,9 @@ and parses the answer (``_parse``). A malformed answer is asked again, up to
 sample at ``retry_temperature`` with a new seed (a greedy retry would repeat
 the same answer). When every attempt fails, :class:`ModelOutputError` says why,
 and :class:`~dreamgym.simulator.SimulatedEnv` ends the episode as truncated.
+A sampled retry that comes back with the text of the attempt before it is
+counted (``repeated_retries``) and, for a served model, warned about once
+(:class:`~dreamgym.simulator.backends.RetryWatch`): its server does not sample.
 
 Call cache: with a store, every answer is kept in the store's ``cache``
 database under ``sha256(backend_id, template_id, messages, sampling, seed)``.
