@@ -5,11 +5,11 @@
     python benchmarks/textworld_family.py --commit-results  # also write benchmarks/results/textworld_family.json
 
 For each candidate recipe, on the validation seeds 2000.. (DESIGN.md: every choice of recipe is made on
-them), one JSON line: the admissible commands per state (mean, max: an index policy offers at most 64
-choices), the walkthrough's length, how many games are distinct by content hash, and the share of episodes
-a uniform random policy over the admissible commands wins within the step limit (3 episodes per game,
-seeded) beside the walkthrough's (the baseline: a scripted winner). A family to learn on is one a random
-policy rarely solves and whose states fit the index policy's 64 choices.
+them), one JSON line: the figure is the share of episodes a uniform random policy over the admissible
+commands wins within the step limit (3 episodes per game, seeded), beside the walkthrough's (a scripted
+winner); with them the admissible commands per state (mean, max: an index policy offers at most 64
+choices), the walkthrough's length and how many games are distinct by content hash. A family to learn on
+is one a random policy rarely solves and whose states fit the index policy's 64 choices.
 """
 
 from __future__ import annotations
@@ -70,15 +70,21 @@ def measure(cache: GameCache, settings: dict[str, int], games: int, episodes: in
         moves = list(info.walkthrough)
         won, _ = play(info, lambda _a, step, _r, moves=moves: moves[step] if step < len(moves) else None, 0)
         walkthrough_wins += won
+    random_success = random_wins / (games * episodes)
+    walkthrough_success = walkthrough_wins / games
     return {
+        "figure": f"random_policy_success[{recipe.key}]",
+        "value": round(random_success, 4),
+        "unit": "share",
+        "baseline": "walkthrough_success",
+        "baseline_value": round(walkthrough_success, 4),
+        "ratio": round(random_success / walkthrough_success, 4) if walkthrough_success else None,
         "recipe": recipe.key,
         "games": games,
         "distinct_games": len({info.content_hash for info in infos}),
         "commands_mean": round(statistics.mean(counts), 1),
         "commands_max": max(counts),
         "walkthrough_mean": round(statistics.mean(len(info.walkthrough) for info in infos), 1),
-        "random_success": round(random_wins / (games * episodes), 4),
-        "walkthrough_success": round(walkthrough_wins / games, 4),
         "max_steps": MAX_STEPS,
     }
 
