@@ -268,6 +268,7 @@ def _refit(settings: DemoSettings, sim_dir: Path) -> Callable[[anyio.CapacityLim
         exclude_task_seeds=held_out_pairs(settings),
         max_length=demo_sim_training(settings).max_length,
         learning_rate=DEMO_REFIT_LEARNING_RATE,
+        judge=settings.outcome_judge,
         limiter=limiter,
     )
 

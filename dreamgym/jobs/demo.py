@@ -303,6 +303,7 @@ async def _train_experience_model(settings: DemoSettings) -> Path:
             demo_sim_training(settings),
             held_out=held_out_pairs(settings),
             recipe=recipe,
+            judge=settings.outcome_judge,
         )
 
 

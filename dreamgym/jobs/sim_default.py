@@ -267,14 +267,15 @@ async def train_on_store(
     held_out: Sequence[tuple[str, int | None]],
     recipe: Mapping[str, object],
     replaced: Path | None = None,
+    judge: bool = True,
 ) -> Path:
     """Train an experience model on the store's real transitions with the default template, into ``target``.
 
     The store's pending transitions are embedded first (retrieval gives each
     example its neighbours); examples of the ``held_out`` (task, seed) pairs
     are left out, as their neighbours are; no-op steps are sampled down
-    (:func:`balance`). An outcome judge (:class:`~dreamgym.simulator.OutcomeJudge`) is fit on the same real
-    steps and saved with the model, so the model's rewards and ends are the judge's. The model is written
+    (:func:`balance`). With ``judge``, an outcome judge (:class:`~dreamgym.simulator.OutcomeJudge`) is fit on
+    the same real steps and saved with the model, so the model's rewards and ends are the judge's. The model is written
     beside ``target`` and renamed onto it when complete, so a run cut short leaves no half model there; a model
     already at ``target`` is deleted then, or moved to ``replaced`` when that is given.
     """
@@ -285,7 +286,8 @@ async def train_on_store(
     await anyio.to_thread.run_sync(
         lambda: train_experience_model(examples, partial, config, template=DEFAULT_TEMPLATE, extra_metadata=recipe)
     )
-    (await fit_store_judge(store, exclude_task_seeds=held_out)).save(partial)
+    if judge:
+        (await fit_store_judge(store, exclude_task_seeds=held_out)).save(partial)
     if replaced is not None and target.exists():
         shutil.rmtree(replaced, ignore_errors=True)
         target.rename(replaced)

@@ -23,14 +23,16 @@ def sft_refit(
     max_length: int = 2048,
     batch_size: int = 8,
     learning_rate: float | None = None,
+    judge: bool = True,
     **backend_options: Any,
 ) -> Refit:
     """A :data:`Refit` that fine-tunes the current model on every real transition in the store.
 
     Each refit continues from the last model (the first from ``base``), with
     the template ``base`` was trained on, and writes ``work_dir/refit-N``. The
-    held-out pairs stay out of the examples and of retrieval (the leakage rule). Each refit fits its outcome
-    judge (:func:`~dreamgym.simulator.fit_store_judge`) on the same real steps and saves it with the model.
+    held-out pairs stay out of the examples and of retrieval (the leakage rule). With ``judge``, each refit fits
+    its outcome judge (:func:`~dreamgym.simulator.fit_store_judge`) on the same real steps and saves it with the
+    model.
     ``learning_rate``: ``None`` takes full fine-tuning's default (``SimTrainConfig.lr``, made for a pretrained
     base); a small model trained from scratch wants more (the demo's refits use 5e-4).
     ``backend_options`` go to each new model's ``LocalBackend`` (e.g. the run's ``limiter``).
@@ -61,7 +63,8 @@ def sft_refit(
                 examples, out, config, template=template, extra_metadata={"refit": ordinal, "parent": str(last[0])}
             )
         )
-        (await fit_store_judge(store, exclude_task_seeds=exclude_task_seeds)).save(out)
+        if judge:
+            (await fit_store_judge(store, exclude_task_seeds=exclude_task_seeds)).save(out)
         last[0] = out
         return load_experience_model(out, store=store, **backend_options)
 

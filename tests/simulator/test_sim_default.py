@@ -23,7 +23,14 @@ from dreamgym.jobs.sim_default import (
     train_on_store,
     warn_if_outdated,
 )
-from dreamgym.simulator import LocalBackend, as_recorded, read_metadata, weights_digest
+from dreamgym.simulator import (
+    LocalBackend,
+    OutcomeJudge,
+    as_recorded,
+    load_experience_model,
+    read_metadata,
+    weights_digest,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -56,6 +63,18 @@ async def test_the_default_recipe_trains_on_a_store_without_its_held_out_seeds_a
     # cut at spaces: a piece can join a bracket and the letters after it (GPT-2's rule keeps them apart)
     pieces = LocalBackend.load(target).tokenizer.tokenize(toy_form.page(1).state)
     assert any(re.fullmatch(r"\[e\d*\]?", piece) for piece in pieces)
+    # the outcome judge is fit on the same real steps, the held-out seed left out, and saved with the model
+    judge = OutcomeJudge.load(target)
+    assert judge is not None
+    assert judge.trained_on == 12
+
+
+async def test_the_default_recipe_without_a_judge_saves_none(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(2))
+        target = await train_on_store(store, tmp_path / "model", TINY_DEFAULT, held_out=[], recipe={}, judge=False)
+    assert OutcomeJudge.load(target) is None
+    assert "+judge@" not in load_experience_model(target).model_id
 
 
 async def test_build_default_keeps_a_model_of_its_recipe_and_rebuilds_one_of_another_keeping_the_old(
