@@ -56,6 +56,7 @@ simulated step (``SimulatedEnv``) and counted in its stats.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
@@ -87,24 +88,13 @@ _BEFORE_SELECTED = ("checked", "disabled", "expanded", "level=", "pressed")
 def apply_rules(query: ExperienceQuery, prediction: Prediction) -> tuple[Prediction, tuple[str, ...]]:
     """``prediction`` with the simulator's rules applied, and the names of the rules that changed it."""
     applied: list[str] = []
-    if query.action.name == "type":
-        page = typed_text_page(query.observation.state, prediction.observation.state, query.action.args)
+    if query.action.name in PAGE_RULES:
+        name, rule = PAGE_RULES[query.action.name]
+        page = rule(query.observation.state, prediction.observation.state, query.action.args)
         if page is not None:
             observation = msgspec.structs.replace(prediction.observation, state=page)
             prediction = replace(prediction, observation=observation)
-            applied.append("typed_text")
-    if query.action.name == "select":
-        page = selected_option_page(query.observation.state, prediction.observation.state, query.action.args)
-        if page is not None:
-            observation = msgspec.structs.replace(prediction.observation, state=page)
-            prediction = replace(prediction, observation=observation)
-            applied.append("selected_option")
-    if query.action.name == "click":
-        page = checked_page(query.observation.state, prediction.observation.state, query.action.args)
-        if page is not None:
-            observation = msgspec.structs.replace(prediction.observation, state=page)
-            prediction = replace(prediction, observation=observation)
-            applied.append("checked")
+            applied.append(name)
     if query.action.name == "stop" and not prediction.terminated:
         prediction = replace(prediction, terminated=True)
         applied.append("stop_ends")
@@ -119,14 +109,10 @@ def rule_writes_page(query: ExperienceQuery) -> bool:
     """Whether a rule writes the page ``query.action`` leads to from the page as it was: a ``type`` into a field
     that does not hold the text yet, a ``select`` of an option not selected yet, a click on a checkbox or radio
     button that changes it. A page the model left unchanged is then made right by :func:`apply_rules`."""
-    page, args = query.observation.state, query.action.args
-    if query.action.name == "type":
-        return typed_text_page(page, page, args) is not None
-    if query.action.name == "select":
-        return selected_option_page(page, page, args) is not None
-    if query.action.name == "click":
-        return checked_page(page, page, args) is not None
-    return False
+    if query.action.name not in PAGE_RULES:
+        return False
+    page = query.observation.state
+    return PAGE_RULES[query.action.name][1](page, page, query.action.args) is not None
 
 
 def focus_after(focused: str, after: str, action: Action) -> str:
@@ -268,3 +254,14 @@ def _replaced(element: Element, new: Element) -> Element:
     if not element.children:
         return element
     return replace(element, children=tuple(_replaced(child, new) for child in element.children))
+
+
+PageRule = Callable[[str, str, tuple[str, ...]], str | None]
+PAGE_RULES: dict[str, tuple[str, PageRule]] = {
+    "type": ("typed_text", typed_text_page),
+    "select": ("selected_option", selected_option_page),
+    "click": ("checked", checked_page),
+}
+"""The rules that write a page, by the action they follow: each takes (the page before, the predicted page, the
+action's arguments) and gives the predicted page with the action's change written, or ``None`` where it changes
+nothing; the name is what ``apply_rules`` records."""
