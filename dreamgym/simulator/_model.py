@@ -93,9 +93,9 @@ class ExperienceModelStats:
     repaired_answers: int = 0
     """Answers whose diff named page lines that do not exist; those lines were dropped."""
     salvaged_answers: int = 0
+    """Predictions taken, after every attempt failed, from an answer whose diff only partly applied."""
     rule_pages: int = 0
     """Predictions whose first answer was malformed or repaired and whose page the rules wrote (``rule_pages``)."""
-    """Predictions taken, after every attempt failed, from an answer whose diff only partly applied."""
     failed_predictions: int = 0
     """Predictions whose every attempt was malformed (each ends an episode as truncated)."""
     repeated_retries: int = 0
