@@ -188,6 +188,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "sim_model": (("--sim-model", str(tmp_path / "s")), tmp_path / "s"),
         "sim_epochs": (("--sim-epochs", "2.5"), 2.5),
         "sim_outcome_weight": (("--sim-outcome-weight", "5"), 5.0),
+        "outcome_judge": (("--no-outcome-judge",), False),
         "sim_refit_every": (("--sim-refit-every", "3"), 3),
         "sim_refit_epochs": (("--sim-refit-epochs", "0.25"), 0.25),
         "out": (("--out", str(tmp_path / "o")), tmp_path / "o"),

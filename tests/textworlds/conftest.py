@@ -5,14 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textworld_recipes import COOKING, TINY
 
 from dreamgym.core import Task
-from dreamgym.textworlds import GameCache, GameInfo, Recipe, generated_task
-
-TINY = Recipe(challenge="custom", settings={"rooms": 2, "objects": 3, "quest": 2})
-"""Two rooms, three objects, a quest of two commands."""
-COOKING = Recipe(challenge="cooking", settings={"recipe": 1, "take": 1})
-"""One kitchen, a recipe of one ingredient to fetch."""
+from dreamgym.textworlds import GameCache, GameInfo, generated_task
 
 
 @pytest.fixture(scope="session")

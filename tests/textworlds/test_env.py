@@ -87,7 +87,7 @@ async def test_a_won_game_terminates(tiny_task: Task, tiny_games: dict[int, Game
 
 
 async def test_sparse_reward_pays_nothing_before_the_end(cooking_task: Task, cache: object) -> None:
-    from conftest import COOKING
+    from textworld_recipes import COOKING
 
     game = cache.game(COOKING, 0)  # type: ignore[attr-defined]
     env = TextWorldEnv()
@@ -97,7 +97,7 @@ async def test_sparse_reward_pays_nothing_before_the_end(cooking_task: Task, cac
 
 
 async def test_dense_reward_pays_score_changes_over_the_max_score(dense_cooking_task: Task, cache: object) -> None:
-    from conftest import COOKING
+    from textworld_recipes import COOKING
 
     game = cache.game(COOKING, 0)  # type: ignore[attr-defined]
     env = TextWorldEnv()

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from textworld_recipes import TINY
 
 from dreamgym.core import ConfigError, Task
 from dreamgym.textworlds import (
