@@ -123,38 +123,43 @@ def _demo_models(kept: Path) -> list[Path]:
 async def _collect(kept: Path, out: Path, seeds: list[int], policies: dict[str, Path], temperature: float) -> Any:
     """The validation episodes, by source (``demonstrator``, ``near miss``, each policy's name): collected into
     ``out`` where they are missing, read back otherwise."""
+    import shutil
+
     from dreamgym.jobs._demo_settings import DemoSettings, demo_tasks
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
+    from dreamgym.simulator import real_episodes
 
     settings = _settings(kept)
+    task_ids = {task.task_id for task in demo_tasks(settings)}
     names = list(settings.tasks)
     out.mkdir(parents=True, exist_ok=True)
     stamp = out / "collected.json"
     wanted = {"tasks": names, "seeds": seeds, "policies": {k: str(v) for k, v in policies.items()},
               "temperature": temperature}  # fmt: skip
     if not stamp.exists() or json.loads(stamp.read_text()) != wanted:
-        import shutil
-
         shutil.rmtree(out / "store", ignore_errors=True)
         await _collect_scripted(out / "store", names, seeds, settings.max_steps)
         for name, directory in policies.items():
-            await _collect_policy(DemoSettings(out=out / name.replace(" ", "-"), tasks=settings.tasks,
+            await _collect_policy(DemoSettings(out=_policy_dir(out, name), tasks=settings.tasks,
                                                held_out_seeds=tuple(seeds), eval_temperature=temperature,
                                                max_steps=settings.max_steps), directory, name)  # fmt: skip
         stamp.write_text(json.dumps(wanted))
     by_source: dict[str, list[list[Any]]] = {}
-    stores = [("scripted", out / "store"), *[(name, out / name.replace(" ", "-") / "eval-store") for name in policies]]
+    stores = [("scripted", out / "store"), *[(name, _policy_dir(out, name) / "eval-store") for name in policies]]
     for source, path in stores:
         async with LmdbReplayStore(path, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False),
                                    readonly=True) as store:  # fmt: skip
-            from dreamgym.simulator import real_episodes
-
             for episode in await real_episodes(store):
                 kind = source if source != "scripted" else ("near miss" if "near" in episode[0].policy_id else
                                                             "demonstrator")  # fmt: skip
-                if episode[0].task_id in {t.task_id for t in demo_tasks(settings)}:
+                if episode[0].task_id in task_ids:
                     by_source.setdefault(kind, []).append(episode)
     return by_source
+
+
+def _policy_dir(out: Path, name: str) -> Path:
+    """Where a policy's validation episodes are collected (its own demo ``out``)."""
+    return out / name.replace(" ", "-")
 
 
 def _settings(kept: Path) -> Any:
