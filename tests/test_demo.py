@@ -63,6 +63,9 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     assert metrics["train/synthetic_groups"] == 0 and metrics["train/gated_groups"] >= 2
     assert metrics["train/real_groups"] >= 2 + metrics["train/gated_groups"]
     assert metrics["train/real_steps"] > 0 and metrics["train/synthetic_steps"] == 0
+    assert metrics["train/teaching_groups/synthetic"] == 0  # what each side taught: all real here
+    assert metrics["train/teaching_groups/real"] <= metrics["train/real_groups"]
+    assert "groups that carried a gradient" in (out / "report.md").read_text()
     # every real step was one policy turn: the model ran on its prompt, or a recent equal prompt's logits served
     turns = metrics["train/policy_prompts_run"] + metrics["train/policy_prompts_reused"]
     assert metrics["train/policy_prompts_run"] > 0 and turns >= metrics["train/real_steps"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dreamgym.core.models import resolve_model
+from dreamgym.core.types import SOURCES
 from dreamgym.jobs._demo_settings import (
     DEMO_REFIT_LEARNING_RATE,
     DemoSettings,
@@ -244,6 +245,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         "train/synthetic_groups": float(state.synthetic_groups),
         "train/gated_groups": float(state.gated_groups),
         "train/dropped_groups": float(state.dropped_groups),
+        **{f"train/teaching_groups/{side}": float(state.teaching_groups.get(side, 0)) for side in SOURCES},
         "train/seconds": result.seconds,
         "train/rollout_seconds": state.rollout_seconds,
         "train/sim_refits": float(len(refits)),

@@ -383,6 +383,10 @@ def _training_note(training: Mapping[str, Any]) -> str:
     m = training["metrics"]
     note = (f"{m['train/updates']:.0f} GRPO updates, {m['train/real_groups']:.0f} real + "
             f"{m['train/synthetic_groups']:.0f} synthetic groups, {m['train/dropped_groups']:.0f} dropped")  # fmt: skip
+    if "train/teaching_groups/real" in m:
+        real, synthetic = m["train/teaching_groups/real"], m["train/teaching_groups/synthetic"]
+        note += (f"; of the {real + synthetic:.0f} groups that carried a gradient (rewards not all equal), "
+                 f"{synthetic:.0f} synthetic")  # fmt: skip
     if m.get("train/anchor_examples"):
         note += (f"; anchored to the warm start's {m['train/anchor_examples']:.0f} demonstrations (weight "
                  f"{m['train/anchor_weight']:g}, their loss {m['train/anchor_first_loss']:.2f} → "

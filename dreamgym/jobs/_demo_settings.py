@@ -61,9 +61,11 @@ class DemoSettings:
     """Episodes per rollout group (GRPO's G)."""
     rollout_groups: int = 4
     """Rollout groups in phase 5, cycling through (task, training seed)."""
-    real_share: float = 0.5
-    """Share of rollout and training groups run on real pages (shadowed by the simulator); the rest are
-    synthetic."""
+    real_share: float = 0.25
+    """Share of rollout and training groups run on real pages (shadowed by the simulator); the rest are drawn
+    synthetic, and the trust gate (``sim_trust``) plays a drawn synthetic group on real pages until the simulator
+    has earned its task. A quarter, the DreamGym setting of a little real data beside much synthetic (0.5 until
+    2026-12-06, when the outcome judge made the simulator's rewards right open loop)."""
     max_steps: int = 6
     """Step limit of every episode."""
     real_concurrency: int = 2

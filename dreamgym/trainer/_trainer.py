@@ -96,6 +96,10 @@ class TrainerState:
     """Dropped groups by reason: ``different_starts``, ``too_few_scorable``."""
     flat_groups: int = 0
     """Kept groups whose scorable rewards were all equal: zero advantage, nothing learnt."""
+    teaching_groups: dict[str, int] = field(default_factory=dict)
+    """Groups that carried a gradient into an update (kept, their scorable rewards not all equal), by side
+    (``real``, ``synthetic``): what each side taught, where ``real_groups``/``synthetic_groups`` count what
+    each side played."""
     resampled_groups: int = 0
     """Groups played again because they taught nothing (``TrainConfig.resample_flat``)."""
     gated_groups: int = 0
@@ -585,7 +589,9 @@ class Trainer:
         trained = [None if r is None else r - cost * len(rollouts[n].steps) for n, r in enumerate(rewards)]
         scorable = [r for r in trained if r is not None]
         teaches = max(scorable) - min(scorable) > 1e-9
-        if not teaches:
+        if teaches:
+            self.state.teaching_groups[result.source] = self.state.teaching_groups.get(result.source, 0) + 1
+        else:
             self.state.flat_groups += 1
         return result, trained, teaches
 
@@ -761,6 +767,7 @@ class Trainer:
             "dropped_groups": state.dropped_groups,
             **{f"dropped/{why}": n for why, n in sorted(state.dropped.items())},
             "flat_groups": state.flat_groups,
+            **{f"teaching_groups/{side}": n for side, n in sorted(state.teaching_groups.items())},
             "resampled_groups": state.resampled_groups,
             "gated_groups": state.gated_groups,
             **self._trust(),

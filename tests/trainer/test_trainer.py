@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -258,6 +259,8 @@ def test_group_with_different_first_pages_is_dropped(toy_chat: tuple[Any, Any], 
     rewards = trainer.last_rollout["dreamgym_reward"]
     assert rewards.count(None) == 4  # the real group: every one of its episodes
     assert result.state.real_steps > 0
+    played = [r for r in rewards if r is not None]  # a dropped group teaches nothing, whatever its rewards
+    assert result.state.teaching_groups == ({"synthetic": 1} if max(played) > min(played) else {})
 
 
 def test_sim2real_switches_at_the_update_and_keeps_its_checkpoint(toy_chat: tuple[Any, Any], tmp_path: Path) -> None:
@@ -643,6 +646,11 @@ def test_a_refitted_simulator_earns_the_task_again_before_it_plays(toy_chat: tup
     assert sources == {0: {"real"}, 1: {"real", "synthetic"}, 2: {"real"}}
     shadows = {s.experience_model_id for s in steps if s.episode_id.endswith("/shadow") and "/u2/" in s.group_id}
     assert shadows and all("toy-refit-1" in m for m in shadows)
+    rewards: dict[tuple[str, str], list[float]] = {}
+    for episode in episodes:  # the groups GRPO saw: what each side taught is counted by the side that played it
+        rewards.setdefault((episode.group_id, episode.source), []).append(episode.total_reward)
+    taught = Counter(side for (_, side), got in rewards.items() if max(got) > min(got))
+    assert state.teaching_groups == dict(taught)
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["sim_trust/toy/form"] == 1.0  # the new model's own answers, right
 

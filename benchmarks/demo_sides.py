@@ -1,0 +1,117 @@
+"""The demo again from a finished demo's warm start and experience model, once per side: what synthetic groups bought.
+
+    python benchmarks/demo_sides.py --from DIR [--arm real] [--arm synthetic] [--commit-results]
+
+``--from`` is the ``out`` of a finished ``dreamgym demo`` (the default one:
+``benchmarks/first_run.py --keep DIR`` leaves it at ``DIR/main/.cache/demo``).
+Each arm runs ``dreamgym demo`` with that demo's settings and three changes:
+the policy starts from the demo's own warm start (``--policy-model FROM/policy
+--warm-epochs 0``: the weights phase 3 saved, so "before" is the same
+evaluation), the experience model is the one phase 2 trained there
+(``--sim-model FROM/experience-model``, its outcome judge included), and the
+arm's side:
+
+- ``real``: every training group on real pages (``--real-share 1``), the
+  simulator shadowing them as in the demo;
+- ``synthetic``: every training group on the experience model
+  (``--real-share 0 --sim-trust 0``): no real training step.
+
+Prints one JSON line per arm and one for the kept demo: held-out success
+before and after (160 pairs at the defaults), the paired counts and McNemar's
+p, per task, the groups each side played and those that carried a gradient
+(rewards not all equal), and the gain as a ratio against the ``real`` arm's
+(the baseline measured in the same run; the issue's targets: the default demo
+and the synthetic arm each at least 0.9 of it). ``--commit-results`` writes
+``benchmarks/results/demo_sides.json`` with the date, the commit and the
+command; each arm's ``out`` stays under ``--out`` for
+``benchmarks/exploitation.py --from OUT/synthetic``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _report as report
+
+ROOT = Path(__file__).resolve().parents[1]
+ARMS = {
+    "real": {"real_share": 1.0},
+    "synthetic": {"real_share": 0.0, "sim_trust": 0.0},
+}
+"""Each arm's changes to the kept demo's settings."""
+KEPT_OUT = ("out", "policy_model", "warm_epochs", "sim_model", "report_to")
+"""Settings an arm sets itself, whatever the kept demo had."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from", dest="kept", type=Path, required=True, help="a finished demo's out")
+    parser.add_argument("--arm", action="append", choices=sorted(ARMS), help="default: real, then synthetic")
+    parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "demo_sides")
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/demo_sides.json")
+    args = parser.parse_args()
+    run = report.provenance()
+    kept = json.loads((args.kept / "report.json").read_text())
+    for needed in ("policy", "experience-model"):
+        if not (args.kept / needed / "config.json").exists():
+            parser.error(f"{args.kept / needed} holds no model: --from must be a finished demo's out")
+    rows = {"demo": _row(kept, seconds=kept["total_s"])}
+    for arm in args.arm or ["real", "synthetic"]:
+        out = args.out / arm
+        settings = {key: value for key, value in kept["settings"].items() if key not in KEPT_OUT and value is not None}
+        settings |= ARMS[arm]
+        args.out.mkdir(parents=True, exist_ok=True)
+        config = args.out / f"{arm}.json"
+        config.write_text(json.dumps(settings, indent=1))
+        command = [str(Path(sys.executable).with_name("dreamgym")), "demo", "--config", str(config), "--out", str(out),
+                   "--policy-model", str(args.kept / "policy"), "--warm-epochs", "0",
+                   "--sim-model", str(args.kept / "experience-model")]  # fmt: skip
+        began = time.perf_counter()
+        subprocess.run(command, check=True, cwd=ROOT)
+        rows[arm] = _row(json.loads((out / "report.json").read_text()), seconds=time.perf_counter() - began)
+    if "real" not in rows:
+        parser.error("the real arm is every ratio's baseline: run it (--arm real)")
+    baseline = rows["real"]["gain"]
+    for name, row in rows.items():
+        report.emit(f"demo_gain[{name}]", row["gain"], "held-out successes", "real arm's gain", baseline, **row)
+    if args.commit_results:
+        ratios = {name: round(row["gain"] / baseline, 3) if baseline else None for name, row in rows.items()}
+        result = {**run, "from": str(args.kept), "gain_ratio_to_real": ratios, "rows": rows}
+        (ROOT / "benchmarks" / "results" / "demo_sides.json").write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def _row(demo: dict[str, Any], *, seconds: float) -> dict[str, Any]:
+    """One demo's figures: success before and after, paired, per task; groups played and teaching, by side."""
+    before, after = demo["before"], demo["after"]
+    metrics = demo["training"].get("metrics", {})
+    tasks = {
+        task["task_id"]: [task["successes"], later["successes"], task["episodes"]]
+        for task, later in zip(before["tasks"], after["tasks"], strict=True)
+    }
+    return {
+        "settings": {key: demo["settings"][key] for key in ("real_share", "sim_trust", "policy_model", "sim_model")},
+        "before": before["successes"],
+        "after": after["successes"],
+        "episodes": before["episodes"],
+        "gain": after["successes"] - before["successes"],
+        "paired": demo.get("paired"),
+        "verdict": demo["verdict"],
+        "tasks_before_after_of": tasks,
+        "groups": {side: metrics.get(f"train/{side}_groups", 0.0) for side in ("real", "synthetic", "gated")},
+        "teaching_groups": {side: metrics.get(f"train/teaching_groups/{side}") for side in ("real", "synthetic")},
+        "training_steps": {side: metrics.get(f"train/{side}_steps", 0.0) for side in ("real", "synthetic")},
+        "sim_trust": {k.split("/", 2)[-1]: v for k, v in metrics.items() if k.startswith("train/sim_trust/")},
+        "seconds": round(seconds, 1),
+        "phases_s": {name: round(s, 1) for name, s in demo["phases_s"].items()},
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
