@@ -13,8 +13,10 @@ the protocols. See ``docs/concepts/text-worlds.md`` for the state decision and
 - :func:`render_text_state`: a text observation in ``core``'s state format; :func:`command_f1`: how well
   a predicted state's commands match the game's.
 - :class:`WalkthroughDemonstrator`: a scripted policy that plays each game's walkthrough.
+- :func:`policy_context`: the context a local policy's model needs for a text-world episode of a step limit.
 """
 
+from dreamgym.textworlds._context import TURN_TOKENS, policy_context
 from dreamgym.textworlds._demonstrator import WalkthroughDemonstrator, walkthrough_action
 from dreamgym.textworlds._env import TextWorldConfig, TextWorldEnv, open_game, open_text_world_envs
 from dreamgym.textworlds._games import (
@@ -60,6 +62,7 @@ __all__ = [
     "INSTRUCTION",
     "PREFIX",
     "TEXTWORLD_LOCK",
+    "TURN_TOKENS",
     "CommandIds",
     "GameCache",
     "GameInfo",
@@ -80,6 +83,7 @@ __all__ = [
     "open_game",
     "open_text_world_envs",
     "parse_text_world_tasks",
+    "policy_context",
     "render_text_state",
     "seeds_apart",
     "state_commands",
