@@ -22,10 +22,13 @@ their own stores under ``--episodes``, collected once and reused:
   kept demo's warm start ``policy`` and its trained ``train/final``), one episode
   per (task, seed): the states the policies reach, not only the demonstrator's.
 
-Each model is scored twice: with the outcome judge
-(:class:`dreamgym.simulator.OutcomeJudge`; the one saved with the model, or one
-fit now on the kept demo's store, held-out pairs left out) and without it (the
-model's own reward and end). Per task, the model's answer counters say how its
+Each model is scored once per ``--arm`` (default: ``judge`` then
+``judge+copy``): ``model`` takes the model's own reward and end, ``judge`` the
+outcome judge's (:class:`dreamgym.simulator.OutcomeJudge`; the one saved with
+the model, or one fit now on the kept demo's store, held-out pairs left out),
+and ``+copy`` keeps the removal and context lines of the model's diffs to
+copies of the page's lines as it decodes (``ExperienceModelConfig.copy_page_lines``;
+without it, the model decodes freely). Per task, the model's answer counters say how its
 answers went: predictions asked of it, first (greedy) answers that applied as
 written, malformed and repaired answers, pages the rules wrote in their place
 (with the judge), salvaged answers and predictions that failed.
@@ -56,6 +59,8 @@ VALIDATION = range(2000, 2200)
 ANSWER_COUNTERS = ("predictions", "clean_first_answers", "malformed_answers", "repaired_answers", "rule_pages",
                    "salvaged_answers", "failed_predictions")  # fmt: skip
 """The model's counters (``ExperienceModelStats``) read per task: how its answers went, first answers included."""
+ARMS = ("model", "model+copy", "judge", "judge+copy")
+"""Whose reward and end (the model's or the judge's), and whether its diff lines are kept to the page's."""
 
 
 def main() -> int:
@@ -69,6 +74,7 @@ def main() -> int:
     parser.add_argument("--model", action="append", type=Path, default=[], help="an experience model; repeatable")
     parser.add_argument("--episodes", type=Path, default=ROOT / ".cache" / "bench" / "open_loop",
                         help="where the validation episodes are collected (once)")  # fmt: skip
+    parser.add_argument("--arm", action="append", choices=ARMS, help="default: judge, then judge+copy; repeatable")
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/NAME.json")
     parser.add_argument("--name", default="open_loop_outcomes", help="the results file's name, without .json")
     args = parser.parse_args()
@@ -85,9 +91,10 @@ def main() -> int:
     episodes = anyio.run(_collect, args.kept, args.episodes, seeds, policies, args.temperature)
     rows = []
     for model in models:
-        for judged in (False, True):
-            counts, judge = anyio.run(_replay, args.kept, model, judged, episodes)
-            rows += _rows(counts, model, judged, judge)
+        for arm in args.arm or ["judge", "judge+copy"]:
+            judged, copy = arm.startswith("judge"), arm.endswith("+copy")
+            counts, judge = anyio.run(_replay, args.kept, model, judged, copy, episodes)
+            rows += _rows(counts, model, judged, judge, copy)
             if args.commit_results:
                 (RESULTS / f"{args.name}.json").write_text(json.dumps({**results, "rows": rows}, indent=1) + "\n")
     if args.commit_results:
@@ -195,7 +202,7 @@ async def _collect_policy(settings: Any, directory: Path, label: str) -> None:
     await demo_job._evaluate(settings, weights, label)
 
 
-async def _replay(kept: Path, model_dir: Path, judged: bool, by_source: dict[str, list[list[Any]]]) -> Any:
+async def _replay(kept: Path, model_dir: Path, judged: bool, copy: bool, by_source: dict[str, list[list[Any]]]) -> Any:
     """Per (task, source), the counts of wins, losses, and those paid open loop and teacher-forced; and the
     first answers' fate. The judge, where asked: the model's own, or one fit now on the kept store."""
     from dreamgym.jobs._demo_settings import held_out_pairs
@@ -208,6 +215,7 @@ async def _replay(kept: Path, model_dir: Path, judged: bool, by_source: dict[str
     async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder, config=StoreConfig(auto_index=False),
                                readonly=True) as store:  # fmt: skip
         model = load_experience_model(model_dir, judge=judged)
+        model.config = dataclasses.replace(model.config, copy_page_lines=copy)
         if judged and model.judge is None:
             model.judge = await fit_store_judge(store, exclude_task_seeds=held)
         judge: OutcomeJudge | None = model.judge
@@ -259,10 +267,10 @@ async def _one_episode(model: Any, store: Any, config: Any, source: str, episode
     counts[(name, source, f"{outcome} teacher-forced paid")] += forced.reward >= 0.5
 
 
-def _rows(counts: Counter, model: Path, judged: bool, judge: Any) -> list[dict[str, Any]]:
+def _rows(counts: Counter, model: Path, judged: bool, judge: Any, copy: bool) -> list[dict[str, Any]]:
     rows = []
     tasks = sorted({task for task, _, _ in counts})
-    label = f"{model.name}{' + judge' if judged else ''}"
+    label = f"{model.name}{' + judge' if judged else ''}{' + copy' if copy else ''}"
     for task in [*tasks, "all"]:
         got: Counter[str] = Counter()
         by_source: dict[str, Counter[str]] = {}
@@ -276,7 +284,8 @@ def _rows(counts: Counter, model: Path, judged: bool, judge: Any) -> list[dict[s
         row = report.emit(
             f"real wins paid open loop ({label}, {task})", open_loop, "fraction",
             "pay whenever the episode ends", got["won ended"] / wins if wins else 0.0,
-            model=str(model), judge=judged, judge_id=judge.judge_id if judge is not None else None, task=task,
+            model=str(model), judge=judged, judge_id=judge.judge_id if judge is not None else None, copy_lines=copy,
+            task=task,
             wins=wins, losses=losses,
             wins_paid_open_loop=got["won open-loop paid"], wins_paid_teacher_forced=got["won teacher-forced paid"],
             losses_paid_open_loop=got["lost open-loop paid"],

@@ -70,6 +70,12 @@ class ExperienceModelConfig:
     write the page for (a ``type`` into a field, a ``select``, a click on a checkbox or radio button:
     :func:`~dreamgym.simulator.rule_writes_page`), take the page as it was (the rules then write the change) and
     the judge's outcome, instead of retrying. Counted in ``rule_pages``."""
+    copy_page_lines: bool = True
+    """Ask the backend to keep the diff's removal and context lines to copies of the page's lines
+    (``Sampling.copy_lines``, the page the action was taken on). The local backend steers its decoding so
+    (:class:`~dreamgym.simulator.backends.LocalBackend`): a small model that garbles a line it copies writes one of
+    the page's instead, and its first answer applies. Servers are not told, so a served model's answers are the
+    same with it on or off. The call cache keys on the lines, so answers cached without it are not reused."""
     salvage: bool = True
     """When every attempt's diff fails to apply, keep the first answer whose diff lines that
     can be placed make a valid page (the rest dropped; see ``_parse``) instead of failing the
@@ -182,8 +188,9 @@ class LLMExperienceModel:
         current = query.observation
         errors: list[str] = []
         answers: list[str] = []
+        copy_lines = self._copy_lines(current.state)
         for attempt in range(self.config.max_attempts):
-            sampling = self._sampling(query.seed, len(query.history), attempt)
+            sampling = replace(self._sampling(query.seed, len(query.history), attempt), copy_lines=copy_lines)
             completion = await self._call(messages, sampling)
             if answers:
                 self._watch_retry(answers[-1], completion, sampling)
@@ -213,6 +220,12 @@ class LLMExperienceModel:
                 return self._prediction(answer, query, text, salvaged=True)
         self.stats.failed_predictions += 1
         raise ModelOutputError(f"{self.model_id} gave no usable answer in {len(errors)} attempts: {'; '.join(errors)}")
+
+    def _copy_lines(self, page: str) -> tuple[str, ...]:
+        """The page's lines, for a backend that keeps a diff's copied lines to them (``copy_page_lines``)."""
+        if not self.config.copy_page_lines or self.config.template.output != "diff":
+            return ()
+        return tuple(line for line in page.split("\n") if line.strip())
 
     def _rule_page(self, query: ExperienceQuery) -> bool:
         return self.judge is not None and self.config.rule_pages and rule_writes_page(query)

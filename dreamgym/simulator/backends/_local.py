@@ -38,6 +38,7 @@ from dreamgym.core.devices import check_device, check_dtype, model_device, place
 from dreamgym.core.errors import BackendError, ConfigError
 from dreamgym.core.models import resolve_model
 from dreamgym.core.protocols import ChatMessage, Completion, Sampling
+from dreamgym.simulator.backends._copy import CopyGuard
 
 if TYPE_CHECKING:
     import torch
@@ -83,6 +84,9 @@ class _Row:
     generator: torch.Generator | None
     tokens: list[int] = field(default_factory=list)
     position: int = 0
+    text: str = ""
+    """The answer so far, where its diff lines are kept to the page's (``Sampling.copy_lines``)."""
+    lines: frozenset[str] = frozenset()
 
 
 class LocalBackend:
@@ -139,6 +143,8 @@ class LocalBackend:
         self._eos = _eos_ids(model, tokenizer)
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
         self.prefix_hits = 0
+        self._guard: CopyGuard | None = None
+        self._guard_built = False
 
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> LocalBackend:
@@ -216,7 +222,7 @@ class LocalBackend:
         """Generate for a batch of requests in this thread; returns (token ids, finish reason) per row."""
         import torch
 
-        rows = [_Row(request=r, generator=_generator(r.sampling)) for r in requests]
+        rows = [_Row(request=r, generator=_generator(r.sampling), lines=self._copy_lines(r.sampling)) for r in requests]
         with torch.inference_mode():
             cache, logits, mask = self._prefill(rows)
             active = list(range(len(rows)))
@@ -315,10 +321,27 @@ class LocalBackend:
         logits: torch.Tensor = out.logits[:, -1, :]
         return logits
 
+    def _copy_lines(self, sampling: Sampling) -> frozenset[str]:
+        """The page lines this row's diff lines copy (``Sampling.copy_lines``), where the tokenizer allows it."""
+        if not sampling.copy_lines:
+            return frozenset()
+        if not self._guard_built:  # once: every token's text (about a second for a 49k vocabulary)
+            self._guard, self._guard_built = CopyGuard.for_tokenizer(self.tokenizer), True
+        return frozenset(sampling.copy_lines) if self._guard is not None else frozenset()
+
     def _sample(self, row: _Row, logits: torch.Tensor) -> int:
         import torch
 
         sampling = row.request.sampling
+        if row.lines and self._guard is not None:
+            constraint = self._guard.constraint(row.text, row.lines)
+            if constraint is not None:
+                ids, only = constraint
+                index = torch.tensor(ids, dtype=torch.long, device=logits.device)
+                if only:
+                    logits = torch.full_like(logits, float("-inf")).index_copy(0, index, logits[index])
+                else:
+                    logits = logits.index_fill(0, index, float("-inf"))
         if sampling.temperature == 0:
             return int(torch.argmax(logits))
         probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
@@ -335,6 +358,8 @@ class LocalBackend:
         if token in self._eos:
             return "stop"
         row.tokens.append(token)
+        if row.lines and self._guard is not None:
+            row.text += self._guard.texts[token] if token < len(self._guard.texts) else ""
         stop = row.request.sampling.stop
         if stop and any(s in self.tokenizer.decode(row.tokens[-32:], skip_special_tokens=True) for s in stop):
             return "stop"
