@@ -94,6 +94,8 @@ FEATURES = (
     "selected_unnamed",
     "unselected_named",
     "selections_right",
+    "selections_agree",
+    "selections_most_agree",
     "quoted",
     "quoted_missing",
     "fields_quoted",
@@ -157,7 +159,7 @@ def outcome_features(goal: str, state: str | State, action: Action) -> npt.NDArr
             labels[item.index] = element.name or last_text
     quoted = _quoted(goal)
     values = [value for value, _ in quoted]
-    selected_named = selected_unnamed = unselected_named = 0
+    selected_named = selected_unnamed = unselected_named = selectable = 0
     fields_quoted = fields_other = fields_empty = label_right = label_wrong = 0
     held: set[str] = set()
     target = None
@@ -169,6 +171,7 @@ def outcome_features(goal: str, state: str | State, action: Action) -> npt.NDArr
         if element.role in CHECKABLE_ROLES:
             named = _mentions(goal, element.name)
             on = _is_on(element.props)
+            selectable += 1
             selected_named += on and named
             selected_unnamed += on and not named
             unselected_named += (not on) and named
@@ -189,6 +192,9 @@ def outcome_features(goal: str, state: str | State, action: Action) -> npt.NDArr
                 label_right += right
                 label_wrong += not right
     missing = sum(value not in held for value in set(values))
+    # the share of the page's selectable controls that agree with the goal (on iff it names them): a grader may
+    # pay a selection that is mostly right, and a linear judge needs the majority as a feature of its own
+    agree = 1.0 - (selected_unnamed + unselected_named) / selectable if selectable else 1.0
     kind = action.name
     role = target.role if target is not None else ""
     answer = action.args[0] if kind == "stop" and action.args else ""
@@ -210,6 +216,8 @@ def outcome_features(goal: str, state: str | State, action: Action) -> npt.NDArr
         "selected_unnamed": min(selected_unnamed, 5) / 5,
         "unselected_named": min(unselected_named, 5) / 5,
         "selections_right": selected_unnamed == 0 and unselected_named == 0,
+        "selections_agree": agree,
+        "selections_most_agree": selectable > 0 and agree > 0.5,
         "quoted": min(len(values), 5) / 5,
         "quoted_missing": min(missing, 5) / 5,
         "fields_quoted": min(fields_quoted, 5) / 5,

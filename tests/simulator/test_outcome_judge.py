@@ -132,6 +132,36 @@ def test_a_fit_judge_pays_unseen_strings_only_where_the_page_matches_the_goal() 
     assert running == [(0.0, False)] * len(running)
 
 
+def lenient_steps(seed: int) -> list[Step]:
+    """A grader that pays a selection more than half right (a box agrees when it is ticked iff asked for), on forms
+    of 2 to 6 boxes that ask for any of them: per seed, an Order on 6 pages ticked at random."""
+    rng = random.Random(2000 + seed)
+    names = [_word(rng) for _ in range(rng.randint(2, 6))]
+    wanted = {name for name in names if rng.random() < 0.5}
+    asked = ", ".join(name for name in names if name in wanted) or "nothing"
+    goal = f"Tick {asked} and press Order."
+    steps = []
+    for index in range(6):
+        checked = {name for name in names if rng.random() < 0.5}
+        agree = sum((name in checked) == (name in wanted) for name in names)
+        page, order = toppings_page(goal, names, checked), f'click [e{len(names) + 2}] "Order"'
+        steps.append(_step("lenient", seed, index, page, order, goal, float(agree > len(names) / 2), True))
+    return steps
+
+
+def test_a_judge_learns_a_grader_that_pays_a_selection_mostly_right() -> None:
+    """Partial credit (more than half the boxes right pays) learnt on some forms, applied to forms with unseen names
+    and other sizes: counts of right and wrong boxes cannot tell 3 of 5 from 2 of 4; the share that agrees can."""
+    assert named_features("Tick Ab, cd.", toppings_page("Tick Ab, cd.", ["Ab", "cd", "x"], {"Ab"}), "click [e5]")[
+        "selections_agree"
+    ] == pytest.approx(2 / 3)
+    judge = fit_judge([step for seed in range(60) for step in lenient_steps(seed)])
+    held = [step for seed in range(100, 140) for step in lenient_steps(seed)]
+    paid = [judge.outcome(s.observation.goal, s.observation.state, s.action)[0] for s in held]
+    assert 0.3 < sum(s.reward for s in held) / len(held) < 0.7
+    assert paid == [s.reward for s in held]
+
+
 def test_a_judge_fit_on_steps_without_an_end_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="end an episode"):
         fit_judge([s for s in forms(range(3)) if not s.terminated])
