@@ -25,10 +25,11 @@ their own stores under ``--episodes``, collected once and reused:
 Each model is scored once per ``--arm`` (default: ``judge`` then
 ``judge+copy``): ``model`` takes the model's own reward and end, ``judge`` the
 outcome judge's (:class:`dreamgym.simulator.OutcomeJudge`; the one saved with
-the model, or one fit now on the kept demo's store, held-out pairs left out),
-and ``+copy`` keeps the removal and context lines of the model's diffs to
-copies of the page's lines as it decodes (``ExperienceModelConfig.copy_page_lines``;
-without it, the model decodes freely). Per task, the model's answer counters say how its
+the model, or one fit now on the kept demo's store, held-out pairs left out,
+where the model has none or ``--fit-judge`` asks), and ``+copy`` keeps the
+removal and context lines of the model's diffs to copies of the page's lines
+as it decodes (``ExperienceModelConfig.copy_page_lines``; without it, the
+model decodes freely). Per task, the model's answer counters say how its
 answers went: predictions asked of it, first (greedy) answers that applied as
 written, malformed and repaired answers, pages the rules wrote in their place
 (with the judge), salvaged answers and predictions that failed.
@@ -74,6 +75,7 @@ def main() -> int:
     parser.add_argument("--model", action="append", type=Path, default=[], help="an experience model; repeatable")
     parser.add_argument("--episodes", type=Path, default=ROOT / ".cache" / "bench" / "open_loop",
                         help="where the validation episodes are collected (once)")  # fmt: skip
+    parser.add_argument("--fit-judge", action="store_true", help="fit the judge on the kept store, not the saved one")
     parser.add_argument("--arm", action="append", choices=ARMS, help="default: judge, then judge+copy; repeatable")
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/NAME.json")
     parser.add_argument("--name", default="open_loop_outcomes", help="the results file's name, without .json")
@@ -93,7 +95,7 @@ def main() -> int:
     for model in models:
         for arm in args.arm or ["judge", "judge+copy"]:
             judged, copy = arm.startswith("judge"), arm.endswith("+copy")
-            counts, judge = anyio.run(_replay, args.kept, model, judged, copy, episodes)
+            counts, judge = anyio.run(_replay, args.kept, model, judged, copy, episodes, args.fit_judge)
             rows += _rows(counts, model, judged, judge, copy)
             if args.commit_results:
                 (RESULTS / f"{args.name}.json").write_text(json.dumps({**results, "rows": rows}, indent=1) + "\n")
@@ -202,7 +204,9 @@ async def _collect_policy(settings: Any, directory: Path, label: str) -> None:
     await demo_job._evaluate(settings, weights, label)
 
 
-async def _replay(kept: Path, model_dir: Path, judged: bool, copy: bool, by_source: dict[str, list[list[Any]]]) -> Any:
+async def _replay(
+    kept: Path, model_dir: Path, judged: bool, copy: bool, by_source: dict[str, list[list[Any]]], fit: bool = False
+) -> Any:
     """Per (task, source), the counts of wins, losses, and those paid open loop and teacher-forced; and the
     first answers' fate. The judge, where asked: the model's own, or one fit now on the kept store."""
     from dreamgym.jobs._demo_settings import held_out_pairs
@@ -214,7 +218,7 @@ async def _replay(kept: Path, model_dir: Path, judged: bool, copy: bool, by_sour
     counts: Counter[tuple[str, str, str]] = Counter()
     async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder, config=StoreConfig(auto_index=False),
                                readonly=True) as store:  # fmt: skip
-        model = load_experience_model(model_dir, judge=judged)
+        model = load_experience_model(model_dir, judge=judged and not fit)
         model.config = dataclasses.replace(model.config, copy_page_lines=copy)
         if judged and model.judge is None:
             model.judge = await fit_store_judge(store, exclude_task_seeds=held)
