@@ -22,14 +22,13 @@ their own stores under ``--episodes``, collected once and reused:
   kept demo's warm start ``policy`` and its trained ``train/final``), one episode
   per (task, seed): the states the policies reach, not only the demonstrator's.
 
-Each model is scored once per ``--arm`` (default: ``judge`` then
-``judge+copy``): ``model`` takes the model's own reward and end, ``judge`` the
-outcome judge's (:class:`dreamgym.simulator.OutcomeJudge`; the one saved with
-the model, or one fit now on the kept demo's store, held-out pairs left out,
-where the model has none or ``--fit-judge`` asks), and ``+copy`` keeps the
-removal and context lines of the model's diffs to copies of the page's lines
-as it decodes (``ExperienceModelConfig.copy_page_lines``; without it, the
-model decodes freely). Per task, the model's answer counters say how its
+Each model is scored once per ``--arm`` (default: ``judge``): ``model``
+takes the model's own reward and end; ``judge`` the outcome judge's
+(:class:`dreamgym.simulator.OutcomeJudge`: the one saved with the model, or
+one fit now on the kept demo's store, held-out pairs left out, where the
+model has none or ``--fit-judge`` asks); ``+copy`` also keeps the removal and
+context lines of the model's diffs to copies of the page's lines as it
+decodes (``ExperienceModelConfig.copy_page_lines``). Per task, the model's answer counters say how its
 answers went: predictions asked of it, first (greedy) answers that applied as
 written, malformed and repaired answers, pages the rules wrote in their place
 (with the judge), salvaged answers and predictions that failed.
@@ -76,7 +75,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=Path, default=ROOT / ".cache" / "bench" / "open_loop",
                         help="where the validation episodes are collected (once)")  # fmt: skip
     parser.add_argument("--fit-judge", action="store_true", help="fit the judge on the kept store, not the saved one")
-    parser.add_argument("--arm", action="append", choices=ARMS, help="default: judge, then judge+copy; repeatable")
+    parser.add_argument("--arm", action="append", choices=ARMS, help="default: judge; repeatable")
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/NAME.json")
     parser.add_argument("--name", default="open_loop_outcomes", help="the results file's name, without .json")
     args = parser.parse_args()
@@ -93,7 +92,7 @@ def main() -> int:
     episodes = anyio.run(_collect, args.kept, args.episodes, seeds, policies, args.temperature)
     rows = []
     for model in models:
-        for arm in args.arm or ["judge", "judge+copy"]:
+        for arm in args.arm or ["judge"]:
             judged, copy = arm.startswith("judge"), arm.endswith("+copy")
             counts, judge = anyio.run(_replay, args.kept, model, judged, copy, episodes, args.fit_judge)
             rows += _rows(counts, model, judged, judge, copy)

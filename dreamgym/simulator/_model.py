@@ -70,12 +70,16 @@ class ExperienceModelConfig:
     write the page for (a ``type`` into a field, a ``select``, a click on a checkbox or radio button:
     :func:`~dreamgym.simulator.rule_writes_page`), take the page as it was (the rules then write the change) and
     the judge's outcome, instead of retrying. Counted in ``rule_pages``."""
-    copy_page_lines: bool = True
+    copy_page_lines: bool = False
     """Ask the backend to keep the diff's removal and context lines to copies of the page's lines
     (``Sampling.copy_lines``, the page the action was taken on). The local backend steers its decoding so
     (:class:`~dreamgym.simulator.backends.LocalBackend`): a small model that garbles a line it copies writes one of
-    the page's instead, and its first answer applies. Servers are not told, so a served model's answers are the
-    same with it on or off. The call cache keys on the lines, so answers cached without it are not reused."""
+    the page's instead, and its first answer applies. Off by default: only the lines it removes and keeps are
+    steered, not the ones it adds, and in the demo (at 9d69da5) a diff that now applied often replaced the clicked
+    element's line with a garbled one (``-   [e3] radio "Nb"`` / ``+ [e3] radio "ztzy" [checked]``): a third of the
+    synthetic steps on the checkbox and radio tasks renamed an element, against almost none with it off, where
+    such an answer failed to apply and the rules wrote the page (``rule_pages``). Servers are not told, so a served
+    model's answers are the same with it on or off. The call cache keys on the lines."""
     salvage: bool = True
     """When every attempt's diff fails to apply, keep the first answer whose diff lines that
     can be placed make a valid page (the rest dropped; see ``_parse``) instead of failing the

@@ -97,7 +97,7 @@ def test_the_local_backends_sampler_writes_only_page_lines_where_the_diff_copies
     assert backend._sample(free, logits) == int(torch.argmax(logits))
 
 
-def test_the_experience_model_asks_for_the_pages_lines_and_can_be_told_not_to() -> None:
+def test_the_experience_model_asks_for_the_pages_lines_only_when_told_to() -> None:
     from dataclasses import replace
 
     from sim_helpers import ScriptedBackend
@@ -106,11 +106,12 @@ def test_the_experience_model_asks_for_the_pages_lines_and_can_be_told_not_to() 
 
     backend = ScriptedBackend(["<diff>\n</diff>\n<reward>0</reward>\n<done>no</done>"])
     query = anyio.run(toy_query)
-    anyio.run(LLMExperienceModel(backend, config=ExperienceModelConfig(template=TOY_TEMPLATE)).predict, query)
+    on = ExperienceModelConfig(template=TOY_TEMPLATE, copy_page_lines=True)
+    anyio.run(LLMExperienceModel(backend, config=on).predict, query)
     asked = backend.calls[-1][1].copy_lines
     assert asked and asked == tuple(line for line in query.observation.state.split("\n") if line.strip())
-    off = ExperienceModelConfig(template=replace(TOY_TEMPLATE, neighbours=0), copy_page_lines=False)
-    anyio.run(LLMExperienceModel(backend, config=off).predict, query)
+    default = ExperienceModelConfig(template=replace(TOY_TEMPLATE, neighbours=0))
+    anyio.run(LLMExperienceModel(backend, config=default).predict, query)
     assert backend.calls[-1][1].copy_lines == ()
 
 
