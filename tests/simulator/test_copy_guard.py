@@ -59,11 +59,44 @@ def test_every_line_a_guarded_adversary_copies_is_a_page_line(tiny_sim_dir: Path
     assert set(free) - set(PAGE)
 
 
-def test_outside_a_diff_and_on_added_lines_every_token_stays_allowed(tiny_sim_dir: Path) -> None:
+def added_line(guard: CopyGuard | None, texts: list[str], rng: random.Random, start: str) -> str:
+    """An adversary's added line after ``start``: random tokens from whatever the guard leaves, to its end."""
+    answer = "<diff>\n" + start
+    while not answer.endswith("\n") and len(answer) < 200:
+        constraint = guard.constraint(answer, frozenset(PAGE)) if guard is not None else None
+        if constraint is None:
+            choices = list(range(len(texts)))
+        elif constraint[1]:
+            choices = constraint[0]
+        else:
+            banned = set(constraint[0])
+            choices = [token for token in range(len(texts)) if token not in banned]
+        closing = [t for t in choices if texts[t][:1] == "]"]
+        if answer.endswith("[e3") and closing and rng.random() < 0.8:  # close the id, as a model would
+            choices = closing
+        answer += texts[rng.choice(choices)]
+    return answer.split("\n")[1]
+
+
+def test_an_added_line_of_an_element_the_page_has_keeps_its_role_and_name(tiny_sim_dir: Path) -> None:
+    """Whatever follows ``+ [e3``, an added line of the page's e3 is a checkbox named Coffee (checked or not); the
+    unguarded adversary renames it; a new element's line stays free."""
+    guard = CopyGuard.for_tokenizer(LocalBackend.load(tiny_sim_dir).tokenizer)
+    assert guard is not None
+    guarded = [added_line(guard, guard.texts, random.Random(n), "+   [e3") for n in range(30)]
+    mine = [line for line in guarded if line.startswith("+   [e3]")]
+    assert len(mine) >= 10 and all(line.startswith('+   [e3] checkbox "Coffee"') for line in mine), guarded
+    free = [added_line(None, guard.texts, random.Random(n), "+   [e3] ") for n in range(30)]
+    assert not all(line.startswith('+   [e3] checkbox "Coffee"') for line in free)
+    assert guard.constraint('<diff>\n+ [e9] radio "new', frozenset(PAGE)) is None  # not on the page: free
+    assert guard.constraint('<diff>\n+   [e3] checkbox "Coffee" [', frozenset(PAGE)) is None  # its head written
+
+
+def test_outside_a_diff_and_on_new_elements_every_token_stays_allowed(tiny_sim_dir: Path) -> None:
     guard = CopyGuard.for_tokenizer(LocalBackend.load(tiny_sim_dir).tokenizer)
     assert guard is not None
     page = frozenset(PAGE)
-    for answer in ("<think>the box", "<diff>\n+ [e2] check", "<diff>\n</diff>\n<reward>", ""):
+    for answer in ("<think>the box", "<diff>\n+ [e9] check", "<diff>\n</diff>\n<reward>", ""):
         assert guard.constraint(answer, page) is None, answer
     assert guard.constraint("<diff>\n- [e2]", frozenset()) is None  # no page given: nothing to copy
     ids, only = guard.constraint('<diff>\n-   [e3] checkbox "Coffee"', page) or ([], False)
