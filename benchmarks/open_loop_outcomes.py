@@ -31,7 +31,10 @@ context lines of the model's diffs to copies of the page's lines as it
 decodes (``ExperienceModelConfig.copy_page_lines``). Per task, the model's answer counters say how its
 answers went: predictions asked of it, first (greedy) answers that applied as
 written, malformed and repaired answers, pages the rules wrote in their place
-(with the judge), salvaged answers and predictions that failed.
+(with the judge), salvaged answers and predictions that failed; and how many
+of the pages it wrote open loop gave an element of the page before another
+role or name (``pages_renaming_an_element``: a page keeps what its elements
+are, only what they hold and whether they are checked changes).
 
 ``--from`` is the ``out`` of a finished ``dreamgym demo``: its store is what
 the simulator retrieves from, its ``experience-model`` (and its last refit,
@@ -258,6 +261,8 @@ async def _one_episode(model: Any, store: Any, config: Any, source: str, episode
     page, paid, history = first.observation, 0.0, []
     for real in episode:
         result = await env.predict_step(task, history, page, real.action, seed=real.seed)
+        counts[(name, "all", "pages predicted")] += 1
+        counts[(name, "all", "pages renaming an element")] += _renames(page.state, result.observation.state)
         paid += result.reward
         if result.truncated or result.terminated:
             break
@@ -268,6 +273,19 @@ async def _one_episode(model: Any, store: Any, config: Any, source: str, episode
     await env.aclose()
     counts[(name, source, f"{outcome} open-loop paid")] += paid >= 0.5
     counts[(name, source, f"{outcome} teacher-forced paid")] += forced.reward >= 0.5
+
+
+def _renames(before: str, after: str) -> bool:
+    """Whether an element of ``before`` is in ``after`` with another role or name (a page keeps what its elements
+    are; what they hold and whether they are checked may change)."""
+    from dreamgym.core.state import flatten, parse_state
+
+    def heads(state: str) -> dict[str, tuple[str, str]]:
+        return {item.element.id: (item.element.role, item.element.name)
+                for item in flatten(parse_state(state)) if item.element.id}  # fmt: skip
+
+    old, new = heads(before), heads(after)
+    return any(element in new and new[element] != head for element, head in old.items())
 
 
 def _rows(counts: Counter, model: Path, judged: bool, judge: Any, copy: bool) -> list[dict[str, Any]]:
@@ -297,6 +315,8 @@ def _rows(counts: Counter, model: Path, judged: bool, judge: Any, copy: bool) ->
             losses_paid_when_paying_every_end=got["lost ended"],
             always_0="pays 0 of the wins and 0 of the losses",
             **{f"answers_{key}": got[key] for key in ANSWER_COUNTERS},
+            pages_predicted_open_loop=got["pages predicted"],
+            pages_renaming_an_element=got["pages renaming an element"],
             first_answer_clean_share=round(got["clean_first_answers"] / got["predictions"], 4)
             if got["predictions"] else None,
             by_source={source: {k: c[k] for k in ("won", "lost", "won open-loop paid", "lost open-loop paid")}
