@@ -16,12 +16,13 @@ arm's side:
 - ``synthetic``: every training group on the experience model
   (``--real-share 0 --sim-trust 0``): no real training step.
 
-Prints one JSON line per arm and one for the kept demo: held-out success
-before and after (160 pairs at the defaults), the paired counts and McNemar's
-p, per task, the groups each side played and those that carried a gradient
-(rewards not all equal), and the gain as a ratio against the ``real`` arm's
-(the baseline measured in the same run; the issue's targets: the default demo
-and the synthetic arm each at least 0.9 of it). ``--commit-results`` writes
+Prints one JSON line per arm and one for the kept demo (``demo``): held-out
+success before and after (160 pairs at the defaults), the paired counts and
+McNemar's p, per task, the groups each side played and those that carried a
+gradient (rewards not all equal), the trust gate's last readings, and the
+gain as a ratio against the ``real`` arm's (the baseline measured in the same
+run; the targets: the default demo and the synthetic arm each at least 0.9 of
+it). ``--commit-results`` writes
 ``benchmarks/results/demo_sides.json`` with the date, the commit and the
 command; each arm's ``out`` stays under ``--out`` for
 ``benchmarks/exploitation.py --from OUT/synthetic``.
@@ -78,11 +79,12 @@ def main() -> int:
     if "real" not in rows:
         parser.error("the real arm is every ratio's baseline: run it (--arm real)")
     baseline = rows["real"]["gain"]
+    emitted = []
     for name, row in rows.items():
-        report.emit(f"demo_gain[{name}]", row["gain"], "held-out successes", "real arm's gain", baseline, **row)
+        figure = f"held-out gain of the {name} run"
+        emitted.append(report.emit(figure, row["gain"], "successes", "every group real", baseline, arm=name, **row))
     if args.commit_results:
-        ratios = {name: round(row["gain"] / baseline, 3) if baseline else None for name, row in rows.items()}
-        result = {**run, "from": str(args.kept), "gain_ratio_to_real": ratios, "rows": rows}
+        result = {**run, "from": str(args.kept), "rows": emitted}
         (ROOT / "benchmarks" / "results" / "demo_sides.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
