@@ -74,12 +74,14 @@ class ExperienceModelConfig:
     """Ask the backend to keep the diff's removal and context lines to copies of the page's lines
     (``Sampling.copy_lines``, the page the action was taken on). The local backend steers its decoding so
     (:class:`~dreamgym.simulator.backends.LocalBackend`): a small model that garbles a line it copies writes one of
-    the page's instead, and its first answer applies. Off by default: only the lines it removes and keeps are
-    steered, not the ones it adds, and in the demo (at 9d69da5) a diff that now applied often replaced the clicked
-    element's line with a garbled one (``-   [e3] radio "Nb"`` / ``+ [e3] radio "ztzy" [checked]``): a third of the
-    synthetic steps on the checkbox and radio tasks renamed an element, against almost none with it off, where
-    such an answer failed to apply and the rules wrote the page (``rule_pages``). Servers are not told, so a served
-    model's answers are the same with it on or off. The call cache keys on the lines."""
+    the page's instead, and its first answer applies; an added line of an element the page has keeps that
+    element's role and name. Off by default. Steering only the removed and kept lines, the demo (at 9d69da5) took
+    diffs that now applied but renamed the clicked element (``-   [e3] radio "Nb"`` / ``+ [e3] radio "ztzy"
+    [checked]``) on a third of its synthetic steps on the checkbox and radio tasks. With added lines steered too,
+    replayed open loop (``benchmarks/results/open_loop_outcomes.json``, arm ``judge+copy``), no page renamed an
+    element and 0.91 of first answers applied (0.73 without it), but the judge paid 65 of 76 real checkbox-task
+    wins (74 without it): its pages are still wrong some other way. Servers are not told, so a served model's
+    answers are the same with it on or off. The call cache keys on the lines."""
     salvage: bool = True
     """When every attempt's diff fails to apply, keep the first answer whose diff lines that
     can be placed make a valid page (the rest dropped; see ``_parse``) instead of failing the

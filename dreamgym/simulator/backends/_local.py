@@ -337,7 +337,8 @@ class LocalBackend:
             constraint = self._guard.constraint(row.text, row.lines)
             if constraint is not None:
                 ids, only = constraint
-                index = torch.tensor(ids, dtype=torch.long, device=logits.device)
+                size = logits.shape[-1]  # a tokenizer may name more tokens than the model scores
+                index = torch.tensor([t for t in ids if t < size], dtype=torch.long, device=logits.device)
                 if only:
                     logits = torch.full_like(logits, float("-inf")).index_copy(0, index, logits[index])
                 else:
