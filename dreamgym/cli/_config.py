@@ -98,8 +98,8 @@ def add_config_flags(
     aliases = aliases or {}
     helps = helps or {}
     for item in dataclasses.fields(cls):
-        if item.name in skip or not item.init:
-            continue
+        if item.name in skip or not item.init or item.metadata.get("flag") is False:
+            continue  # metadata flag=False: a field set per call, not a setting (Sampling.copy_lines)
         dest = f"{prefix}{item.name}"
         flags = [f"--{dest.replace('_', '-')}", *aliases.get(item.name, ())]
         kind = hints[item.name]

@@ -178,12 +178,12 @@ class Sampling:
     """Seeds each request's sampling where the backend supports it."""
     stop: tuple[str, ...] = ()
     """Strings the answer ends at (at most four for OpenAI-compatible servers)."""
-    copy_lines: tuple[str, ...] = ()
-    """The lines an answer's ``<diff>`` may name in its removal (``- ``) and context (``  ``) lines: the page the
-    diff applies to. A backend that steers its own decoding keeps those lines to copies of these, and an added
-    line of an element they hold to that element's role and name (the local backend does:
-    :class:`~dreamgym.simulator.backends.LocalBackend`); an OpenAI-compatible server is not told. Empty: no
-    constraint."""
+    copy_lines: tuple[str, ...] = field(default=(), metadata={"flag": False})
+    """Per request, not a setting (no command-line flag): the lines an answer's ``<diff>`` may name in its removal
+    (``- ``) and context (``  ``) lines, the page the diff applies to. A backend that steers its own decoding keeps
+    those lines to copies of these, and an added line of an element they hold to that element's role and name
+    (the local backend does: :class:`~dreamgym.simulator.backends.LocalBackend`); an OpenAI-compatible server is
+    not told. Empty: no constraint."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -69,6 +69,8 @@ def field_paths(cls: type, prefix: str = "") -> list[str]:
     hints = typing.get_type_hints(cls)
     paths = []
     for item in dataclasses.fields(cls):
+        if item.metadata.get("flag") is False:  # set per call, not a setting (Sampling.copy_lines)
+            continue
         inner = [a for a in typing.get_args(hints[item.name]) if a is not type(None)] or [hints[item.name]]
         if len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
             paths += field_paths(inner[0], f"{prefix}{item.name}.")  # type: ignore[arg-type]
