@@ -54,6 +54,12 @@ def provenance() -> dict[str, Any]:
     }
 
 
+def settings(args: Any, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A run's parsed arguments as its results file records them (paths as text), but ``leave_out``."""
+    return {key: str(value) if isinstance(value, Path) else value
+            for key, value in vars(args).items() if key not in leave_out}  # fmt: skip
+
+
 def _script(path: Path) -> str:
     """The script's path from the repository's root (``benchmarks/probes/x.py`` for a probe)."""
     try:

@@ -43,7 +43,7 @@ from typing import Any
 
 import anyio
 from _report import commit as _commit
-from _report import emit
+from _report import emit, settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -329,7 +329,7 @@ def _summary(
         "commit": _commit(),
         "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
         "tasks": [t.task_id for t in tasks],
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": settings(args),
         "updates": end["update"],
         "start": {k: start[k] for k in pick},
         "end": {k: end[k] for k in pick},

@@ -59,7 +59,7 @@ from typing import Any
 
 import anyio
 import learning_curve as lc
-from _report import emit
+from _report import emit, settings
 
 ARMS = ("real", "synthetic", "sim2real", "mixed")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -334,7 +334,7 @@ def _summary(
         "commit": lc._commit(),
         "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
         "tasks": [f"miniwob/{name}" for name in names],
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
+        "settings": settings(args, leave_out=("child",)),
         "experience_model": sim,
         "warm_start_tuning": tuning,
         "start": start,

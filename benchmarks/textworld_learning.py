@@ -79,7 +79,7 @@ def main() -> int:
     warm, tuning = _tune_warm_start(args, tasks, games, demos, model, tokenizer)
     run = _train(args, tasks, games, warm, tokenizer)
     result = {**report.provenance(), "family": COOKING_FAMILY, "textworld": _textworld_version(),
-              "quick": args.quick, "settings": _settings(args), "games": games.summary(),
+              "quick": args.quick, "settings": report.settings(args), "games": games.summary(),
               "warm_start_tuning": tuning, **run, "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     start, end, paired = run["start"], run["end"], run["paired"]
     figure = report.emit(
@@ -127,10 +127,6 @@ def _arguments() -> argparse.Namespace:
     if args.quick:
         vars(args).update(QUICK)
     return args
-
-
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
 
 
 def _seeds(text: str) -> list[int]:

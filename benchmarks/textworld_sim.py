@@ -63,7 +63,7 @@ def main() -> int:
     if args.commit_results:
         out = RESULTS / "textworld_sim.json"
         out.write_text(json.dumps({**report.provenance(), "family": COOKING_FAMILY, "quick": args.quick,
-                                   "settings": _settings(args), "rows": rows}, indent=1) + "\n")  # fmt: skip
+                                   "settings": report.settings(args), "rows": rows}, indent=1) + "\n")  # fmt: skip
         print(f"wrote {out}", file=sys.stderr)
     return 0
 
@@ -82,10 +82,6 @@ def _arguments() -> argparse.Namespace:
     if args.quick:
         vars(args).update(QUICK)
     return args
-
-
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
 
 
 def _seeds(text: str) -> list[int]:
