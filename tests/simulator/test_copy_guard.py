@@ -24,20 +24,24 @@ def copied_lines(answer: str) -> list[str]:
     return [line[2:] for line in body.split("\n")[1:] if line[:2] in ("- ", "  ")]
 
 
+def left_by(guard: CopyGuard | None, answer: str, vocabulary: int) -> list[int]:
+    """The token ids the guard (none: no guard) leaves after ``answer`` on :data:`PAGE`."""
+    constraint = guard.constraint(answer, frozenset(PAGE)) if guard is not None else None
+    if constraint is None:
+        return list(range(vocabulary))
+    ids, only = constraint
+    if only:
+        return ids
+    banned = set(ids)
+    return [token for token in range(vocabulary) if token not in banned]
+
+
 def random_walk(guard: CopyGuard | None, texts: list[str], rng: random.Random, *, lines: int) -> str:
     """An adversary's answer: tokens drawn at random (those that start a removal or context line favoured) from
     whatever the guard leaves, until ``lines`` lines are written."""
     answer = "<diff>\n"
-    vocabulary = range(len(texts))
     while answer.count("\n") <= lines:
-        constraint = guard.constraint(answer, frozenset(PAGE)) if guard is not None else None
-        if constraint is None:
-            choices = list(vocabulary)
-        elif constraint[1]:
-            choices = constraint[0]
-        else:
-            banned = set(constraint[0])
-            choices = [token for token in vocabulary if token not in banned]
+        choices = left_by(guard, answer, len(texts))
         if answer.endswith("\n") and rng.random() < 0.7:  # start a removal or context line where one may start
             starting = [t for t in choices if texts[t][:1] in ("-", " ")]
             answer += texts[rng.choice(starting)] if guard is not None else rng.choice(("- ", "  "))
@@ -63,14 +67,7 @@ def added_line(guard: CopyGuard | None, texts: list[str], rng: random.Random, st
     """An adversary's added line after ``start``: random tokens from whatever the guard leaves, to its end."""
     answer = "<diff>\n" + start
     while not answer.endswith("\n") and len(answer) < 200:
-        constraint = guard.constraint(answer, frozenset(PAGE)) if guard is not None else None
-        if constraint is None:
-            choices = list(range(len(texts)))
-        elif constraint[1]:
-            choices = constraint[0]
-        else:
-            banned = set(constraint[0])
-            choices = [token for token in range(len(texts)) if token not in banned]
+        choices = left_by(guard, answer, len(texts))
         closing = [t for t in choices if texts[t][:1] == "]"]
         if answer.endswith("[e3") and closing and rng.random() < 0.8:  # close the id, as a model would
             choices = closing
