@@ -70,18 +70,18 @@ class ExperienceModelConfig:
     write the page for (a ``type`` into a field, a ``select``, a click on a checkbox or radio button:
     :func:`~dreamgym.simulator.rule_writes_page`), take the page as it was (the rules then write the change) and
     the judge's outcome, instead of retrying. Counted in ``rule_pages``."""
-    copy_page_lines: bool = False
-    """Ask the backend to keep the diff's removal and context lines to copies of the page's lines
-    (``Sampling.copy_lines``, the page the action was taken on). The local backend steers its decoding so
-    (:class:`~dreamgym.simulator.backends.LocalBackend`): a small model that garbles a line it copies writes one of
-    the page's instead, and its first answer applies; an added line of an element the page has keeps that
-    element's role and name. Off by default. Steering only the removed and kept lines, the demo (at 9d69da5) took
-    diffs that now applied but renamed the clicked element (``-   [e3] radio "Nb"`` / ``+ [e3] radio "ztzy"
-    [checked]``) on a third of its synthetic steps on the checkbox and radio tasks. With added lines steered too,
-    replayed open loop (``benchmarks/results/open_loop_outcomes.json``, arm ``judge+copy``), no page renamed an
-    element and 0.91 of first answers applied (0.73 without it), but the judge paid 65 of 76 real checkbox-task
-    wins (74 without it): its pages are still wrong some other way. Servers are not told, so a served model's
-    answers are the same with it on or off. The call cache keys on the lines."""
+    copy_page_lines: bool = True
+    """Ask the backend to keep the answer to a diff that applies to the page (``Sampling.copy_lines``, the page
+    the action was taken on). The local backend steers its decoding so
+    (:class:`~dreamgym.simulator.backends.LocalBackend`): removal and context lines are copies of page lines the
+    diff can still reach, an added line is a state line and one of an element the page has keeps that element's
+    role and name, and the reward and end follow in the template's tags. A small model that garbles a line it
+    copies writes one of the page's instead, and its first answer applies. Replayed open loop on validation seeds
+    (``benchmarks/results/open_loop_outcomes.json``, arm ``judge+copy`` against ``judge``), every first answer
+    applied, with the judge's outcomes as they were without it (the check rule keeps the boxes the model's
+    applied diffs used to mark or drop wrongly). Servers are not told, so a served model's answers are the same
+    with it on or off (:func:`~dreamgym.simulator.answer_pattern` keeps a constrained server to the form). The
+    call cache keys on the lines. ``False`` decodes unconstrained."""
     salvage: bool = True
     """When every attempt's diff fails to apply, keep the first answer whose diff lines that
     can be placed make a valid page (the rest dropped; see ``_parse``) instead of failing the

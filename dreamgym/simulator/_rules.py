@@ -26,9 +26,10 @@ so a simulator is scored as it runs. Five rules:
 
 - A ``click`` on a check control leaves it as a browser does: a checkbox
   or a switch flips its ``[checked]``, a radio button is checked and the
-  radio buttons beside it are not. On the policy's own pages the model writes
-  the flip, but a tiny model often marks the wrong box (or mangles the line),
-  and whether a later Submit pays is read from those marks
+  radio buttons beside it are not; no other check control changes, and none
+  leaves a page that stays. On the policy's own pages the model writes the
+  flip, but a tiny model often marks the wrong box too, drops a box's line
+  (or mangles it), and whether a later Submit pays is read from those marks
   (:class:`~dreamgym.simulator.OutcomeJudge`). The same real-page test checks
   the rule after every click of the demonstrators on a check control.
 
@@ -162,24 +163,80 @@ def checked_page(before: str, after: str, args: tuple[str, ...]) -> str | None:
     ``after`` with the same id, role and name. A checkbox or a switch is
     checked after the click where it was not before, and not where it was; a
     radio button is checked, and the radio buttons beside it (the same parent's
-    children: one group, as a form lays out its choices) are not.
+    children: one group, as a form lays out its choices) are not. Every other
+    check control of ``before`` still on ``after`` (same id, role and name) is
+    checked as it was before: a browser's click changes no other box (a page
+    script that ticks boxes itself, a "select all", is not what this models).
+    Where ``after`` dropped check controls of ``before`` but kept every other
+    element with an id (the click left the page in place), they are put back
+    where they were, the clicked one included: a click removes no box.
     """
     element_id = args[0] if args else ""
     try:
-        control = parse_state(before).find(element_id)
+        page = parse_state(before)
         predicted = parse_state(after)
     except StateFormatError:
         return None
+    control = page.find(element_id)
     if control is None or control.role not in CHECK_ROLES or "disabled" in control.props:
         return None
-    target = predicted.find(element_id)
+    restored = _restoring_checks(page, predicted)
+    target = restored.find(element_id)
     if target is None or (target.role, target.name) != (control.role, control.name):
         return None
+    was = {flat.element.id: (flat.element.role, flat.element.name, "checked" in flat.element.props)
+           for flat in flatten(page) if flat.element.role in CHECK_ROLES and flat.element.id}  # fmt: skip
+    elements = tuple(_keeping_checks(element, was) for element in restored.elements)
     if control.role != "radio":
-        changed = _checked(target, "checked" not in control.props)
-        return None if changed == target else _page_with(predicted, changed)
-    elements = _with_radio_checked(predicted.elements, element_id)
+        elements = tuple(_replaced(element, _checked(target, "checked" not in control.props)) for element in elements)
+    else:
+        elements = _with_radio_checked(elements, element_id)
     return None if elements == predicted.elements else State(elements).render()
+
+
+def _restoring_checks(before: State, after: State) -> State:
+    """``after`` with the check controls of ``before`` it dropped put back where they were, where the click left
+    the page in place (every other element of ``before`` with an id is on ``after``); ``after`` as it is where
+    the page went elsewhere or a control cannot be put back into a valid page."""
+    present = {flat.element.id for flat in flatten(after) if flat.element.id}
+    elements = [flat.element for flat in flatten(before) if flat.element.id]
+    if any(element.id not in present for element in elements if element.role not in CHECK_ROLES):
+        return after
+    dropped = [element.id for element in elements if element.role in CHECK_ROLES and element.id not in present]
+    if not dropped:
+        return after
+    old, new = before.render().split("\n"), after.render().split("\n")
+    for element_id in dropped:
+        at = next(n for n, line in enumerate(old) if _line_id(line) == element_id)
+        place = 0
+        for anchor in reversed(old[:at]):  # after the nearest line above it that the new page has
+            found = [n for n, line in enumerate(new) if (_line_id(line) or line) == (_line_id(anchor) or anchor)]
+            if found:
+                place = found[0] + 1
+                break
+        new.insert(place, old[at])
+    try:
+        return parse_state("\n".join(new))
+    except StateFormatError:
+        return after
+
+
+def _line_id(line: str) -> str:
+    """The element id a state line starts with (``""`` for a line without one)."""
+    body = line.lstrip(" ")
+    return body[1 : body.index("]")] if body.startswith("[") and "]" in body else ""
+
+
+def _keeping_checks(element: Element, was: dict[str, tuple[str, str, bool]]) -> Element:
+    """``element``'s subtree with each check control of the page before (same id, role and name) checked as it was
+    there: a click changes no check control but the one it clicks and, for a radio button, the ones beside it."""
+    if element.id in was and was[element.id][:2] == (element.role, element.name):
+        on = was[element.id][2]
+        element = _checked(element, on) if on != ("checked" in element.props) else element
+    if not element.children:
+        return element
+    children = tuple(_keeping_checks(child, was) for child in element.children)
+    return element if children == element.children else replace(element, children=children)
 
 
 def _checked(element: Element, on: bool) -> Element:

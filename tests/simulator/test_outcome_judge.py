@@ -265,8 +265,9 @@ async def test_a_garbled_first_answer_on_a_rule_written_step_takes_the_rules_pag
     assert model.stats.rule_pages == 1
 
 
-async def test_without_a_judge_a_garbled_answer_is_taken_as_repaired_and_the_box_is_lost() -> None:
-    """What the rule pages mend: the model's repaired answer, taken as it was, drops the box it clicked."""
+async def test_without_a_judge_a_garbled_answer_is_repaired_and_the_check_rule_puts_the_box_back() -> None:
+    """The model's repaired answer, taken as it was, drops the box it clicked; the check rule puts it back,
+    checked (a click removes no box from a page that stays)."""
     from dreamgym.simulator import SimulatedEnv
 
     goal = "Tick Ab, cd and press Order."
@@ -274,5 +275,5 @@ async def test_without_a_judge_a_garbled_answer_is_taken_as_repaired_and_the_box
     task = Task(task_id=f"{SITE}/toppings", instruction=goal, site=SITE)
     model = LLMExperienceModel(ScriptedBackend([GARBLED]))
     result = await SimulatedEnv(model).predict_step(task, (), page, parse_action('click [e2] "Ab"'))
-    assert '"Ab"' not in result.observation.state
-    assert model.stats.repaired_answers == 1
+    assert '[e2] checkbox "Ab" [checked]' in result.observation.state
+    assert model.stats.repaired_answers == 1 and "checked" in result.info["rules"]

@@ -178,11 +178,17 @@ CHOICES = (
     [
         ("e3", CHOICES, CHOICES.replace('"Egg"', '"Egg" [checked]')),
         ("e2", CHOICES, CHOICES.replace('"Ham" [checked]', '"Ham"')),
-        ("e2", CHOICES.replace('"Egg"', '"Egg" [checked]'), CHOICES.replace('"Ham" [checked]', '"Ham"').replace(
-            '"Egg"', '"Egg" [checked]')),
+        ("e2", CHOICES.replace('"Egg"', '"Egg" [checked]'), CHOICES.replace('"Ham" [checked]', '"Ham"')),
+        ("e3", CHOICES.replace('"Ham" [checked]', '"Ham"'), CHOICES.replace('"Egg"', '"Egg" [checked]')),
         ("e6", CHOICES, CHOICES.replace('"S" [checked]', '"S"').replace('"M"', '"M" [checked]')),
+        ("e6", CHOICES.replace('"Elsewhere" [checked]', '"Elsewhere"'),
+         CHOICES.replace('"S" [checked]', '"S"').replace('"M"', '"M" [checked]')),
+        ("e3", CHOICES.replace('"Egg"', '"Egg" [checked]').replace('"M"', '"M" [checked]'),
+         CHOICES.replace('"Egg"', '"Egg" [checked]')),
     ],
-    ids=["a box flips on", "a box flips off", "the model ticked the wrong box", "a radio and its siblings"],
+    ids=["a box flips on", "a box flips off", "the model ticked the wrong box too",
+         "the model unticked another box", "a radio and its siblings", "a radio group elsewhere stays",
+         "a radio the model checked beside the box stays as it was"],
 )  # fmt: skip
 def test_a_clicked_check_control_is_left_as_a_browser_leaves_it(target: str, written: str, expected: str) -> None:
     assert checked_page(CHOICES, written, (target,)) == expected
@@ -198,6 +204,18 @@ def test_a_clicked_check_control_is_left_as_a_browser_leaves_it(target: str, wri
 )
 def test_a_click_the_check_rule_does_not_cover_leaves_the_page(before: str, target: str, why: str) -> None:
     assert checked_page(before, before, (target,)) is None, why
+
+
+def test_a_check_control_the_model_dropped_from_a_page_that_stays_is_put_back() -> None:
+    """The model's page lost the clicked box's line (and another's): both come back where they were, the clicked
+    one flipped, the other as it was."""
+    dropped = CHOICES.replace('  [e2] checkbox "Ham" [checked]\n', "").replace('  [e3] checkbox "Egg"\n', "")
+    assert checked_page(CHOICES, dropped, ("e3",)) == CHOICES.replace('"Egg"', '"Egg" [checked]')
+    radio = CHOICES.replace('  [e6] radio "M"\n', "")
+    expected = CHOICES.replace('"S" [checked]', '"S"').replace('"M"', '"M" [checked]')
+    assert checked_page(CHOICES, radio, ("e6",)) == expected
+    moved = dropped.replace('[e4] group "Size"', '[e8] dialog "Done"')  # the page went elsewhere: left as written
+    assert checked_page(CHOICES, moved, ("e3",)) is None
 
 
 def test_the_check_rule_leaves_a_page_the_click_led_away_from() -> None:

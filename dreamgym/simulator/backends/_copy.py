@@ -1,19 +1,32 @@
-"""Keeping a diff's removal and context lines to copies of the page's lines, token by token.
+"""Keeping the experience model's answer to a diff that applies to the page, token by token.
 
 The experience model answers a step with a ``<diff>`` against the page (see
-``dreamgym.simulator._templates``): ``- `` removes a line of the page, ``  ``
-names one that stays, ``+ `` adds one. A small model often garbles the lines
-it must copy (``- [e3] checkbox "6] radio "6]`` for ``- [e3] checkbox "6"``),
-and such a diff does not apply. :class:`CopyGuard` gives, at each decoding
-step, the tokens that keep the answer's current removal or context line a
-prefix of one of the page's lines (``Sampling.copy_lines``), ending it only
-where a whole line is copied, and that keep an added line of an element the
-page has to that element's role and name (``+ [e3] radio "Nb" [checked]``
-for the page's ``[e3] radio "Nb"``, never ``+ [e3] radio "ztzy" [checked]``:
-its state, value and place may change, what it is may not). Anywhere else
-(the reasoning, a new element's line, the reward) every token stays allowed.
-The model still chooses which lines, and whether to write one: the guard
-takes away only lines the page does not have and elements it renames.
+``dreamgym.simulator._templates``), then ``<reward>`` and ``<done>``: ``- ``
+removes a line of the page, ``  `` names one that stays, ``+ `` adds one. A
+small model often garbles the lines it must copy (``- [e3] checkbox "6] radio
+"6]`` for ``- [e3] checkbox "6"``), runs an added line on past its end
+(``+ [e3] checkbox "o0MZ" [e3] checkbox "6]``) or writes ``<diff>`` where the
+diff should close, and such an answer does not apply. :class:`CopyGuard`
+gives, at each decoding step, the tokens that keep the answer one that does
+(``Sampling.copy_lines``: the page's lines, in order):
+
+- a removal or context line is a copy of a page line the diff can still reach
+  (at or after where its earlier lines left it, a context block's lines
+  consecutive, as :func:`~dreamgym.core.state.apply_diff` places them), and
+  it ends only where a whole line is copied;
+- an added line is a line of the state grammar (``[id] role "name" [prop]
+  ...: text``), and one of an element the page has keeps that element's role
+  and name (``+ [e3] radio "Nb" [checked]`` for the page's ``[e3] radio
+  "Nb"``, never ``+ [e3] radio "ztzy"``: its state, value and place may
+  change, what it is may not);
+- a diff line starts ``- ``, ``  ``, ``+ `` or closes the diff, and after it
+  come ``<reward>`` with a number (an ``<error>`` may come first) and
+  ``<done>`` with ``yes`` or ``no``; :meth:`CopyGuard.finished` says when the
+  answer is whole, so decoding stops there.
+
+Before ``<diff>`` (reasoning) every token stays allowed. The model still
+chooses which lines, what an added line says, the reward and the end: the
+guard takes away only answers that would not apply.
 
 A token's text is taken as its decoding alone, which holds for byte-level BPE
 tokenizers (GPT-2's, SmolLM2's, the demo-size model's). A tokenizer whose
@@ -27,8 +40,13 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import string
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from dreamgym.core.errors import StateFormatError
+from dreamgym.core.state import apply_diff
 
 __all__ = ["CopyGuard"]
 
@@ -36,26 +54,140 @@ log = logging.getLogger(__name__)
 
 _PROBE = '<diff>\n-   [e12] checkbox "Bob" [checked]\n+ [e3] textbox "Name: x"\n</diff>\n<reward>1</reward>'
 """Text whose tokens must decode alone as they do in a row for the guard to work."""
-_COPY_PREFIXES = ("- ", "  ")
 _HEAD = re.compile(r'^\s*\[(e\d+)\] ([^\s":\[]+(?: "(?:[^"\\]|\\.)*")?)')
 """A page line's element id and its head: the role and the name (what an addition of that id must keep)."""
 _OPEN_ID = re.compile(r"^\s*\[(e\d+)$")
 _ADDED_ID = re.compile(r"^\s*\[(e\d+)")
+_ID_CHARS = frozenset(string.ascii_letters + string.digits + "_.:-")
+_ROLE_FIRST = frozenset(string.ascii_letters)
+_ROLE_CHARS = _ROLE_FIRST | frozenset(string.digits + "_-")
+_ESCAPES = frozenset('"\\/bfnrt')
+_CLOSE = "</diff>"
+State = str | tuple[str, str, str]
+"""A state of the answer's grammar: a name, or ``("literal", text, then)``."""
+_LINE_START = "line"
+"""The grammar's state at the start of a diff line that adds (``+ ``) or closes the diff."""
+_AFTER_DIFF: State = ("literal", "\n<", "tag")
+"""The grammar's state right after ``</diff>``."""
+_ENDS = frozenset({"end", "done"})
+"""States that end what the grammar reads: a line (its newline), the answer (``</done>``)."""
+
+
+def _step(state: State, char: str) -> State | None:
+    """The grammar's next state after ``char``, or ``None`` where ``char`` breaks it.
+
+    One added diff line after ``+`` (``plus`` … ``end``: :mod:`dreamgym.core.state`'s line grammar), the diff's
+    closing tag and what follows it (``<error>`` at most once, ``<reward>`` a number, ``<done>`` yes or no).
+    ``("literal", text, then)`` must read ``text`` and goes on as ``then``."""
+    if isinstance(state, tuple):
+        _, text, then = state
+        if char != text[0]:
+            return None
+        return ("literal", text[1:], then) if len(text) > 1 else then
+    if state == _LINE_START:
+        if char == "+":
+            return "plus"
+        return ("literal", _CLOSE[1:] + "\n<", "tag") if char == "<" else None
+    if state == "plus":
+        return "indent" if char == " " else None
+    if state == "indent":  # an even number of spaces so far
+        if char == " ":
+            return "odd indent"
+        if char == "[":
+            return "id?"
+        return "role" if char in _ROLE_FIRST else None
+    if state == "odd indent":
+        return "indent" if char == " " else None
+    if state in ("id?", "id"):
+        if char in _ID_CHARS:
+            return "id"
+        return "id]" if char == "]" and state == "id" else None
+    if state == "id]":
+        return "role?" if char == " " else None
+    if state == "role?":
+        return "role" if char in _ROLE_FIRST else None
+    if state == "role":
+        if char in _ROLE_CHARS:
+            return "role"
+        return {" ": "role ", ":": "colon", "\n": "end"}.get(char)
+    if state == "role ":
+        return {'"': "name", "[": "prop?"}.get(char)
+    if state == "name":  # a JSON string: no control characters, escapes whole
+        if char < " ":
+            return None
+        return {'"': "after", "\\": "escape"}.get(char, "name")
+    if state == "escape":
+        if char == "u":
+            return "hex 4"
+        return "name" if char in _ESCAPES else None
+    if state.startswith("hex "):
+        left = int(state[-1]) - 1
+        return None if char not in string.hexdigits else f"hex {left}" if left else "name"
+    if state == "after":  # after a name or a prop
+        return {" ": "after ", ":": "colon", "\n": "end"}.get(char)
+    if state == "after ":
+        return "prop?" if char == "[" else None
+    if state in ("prop?", "prop"):
+        if char == "\n" or (char == "]" and state == "prop?"):
+            return None
+        return "after" if char == "]" else "prop"
+    if state == "colon":
+        return "text" if char == " " else None
+    if state == "text":
+        return "end" if char == "\n" else "text"
+    if state == "tag":
+        return {"r": ("literal", "eward>", "number?"), "e": ("literal", "rror>", "error")}.get(char)
+    if state == "error":
+        if char == "\n":
+            return None
+        return ("literal", "/error>\n<reward>", "number?") if char == "<" else "error"
+    if state == "number?":
+        if char == "-":
+            return "sign"
+        return "number" if char in string.digits else None
+    if state == "sign":
+        return "number" if char in string.digits else None
+    if state in ("number", "fraction", "exponent"):  # as ``:g`` writes a number: 1, 0.5, -2, 1e-05
+        if char in string.digits:
+            return state
+        if char == "<":
+            return ("literal", "/reward>\n<done>", "yes or no")
+        return {("number", "."): "point", ("number", "e"): "e", ("fraction", "e"): "e"}.get((state, char))
+    if state == "point":
+        return "fraction" if char in string.digits else None
+    if state == "e":
+        return "e sign" if char in "+-" else None
+    if state == "e sign":
+        return "exponent" if char in string.digits else None
+    if state == "yes or no":
+        return {"y": ("literal", "es</done>", "done"), "n": ("literal", "o</done>", "done")}.get(char)
+    return None  # "end", "done": nothing follows within what the grammar reads
+
+
+def _run(state: State | None, text: str) -> State | None:
+    """The state after ``text`` (``None`` where it breaks the grammar or goes on past an end)."""
+    for char in text:
+        if state is None or state in _ENDS:
+            return None
+        state = _step(state, char)
+    return state
 
 
 class CopyGuard:
-    """The tokens a diff line may continue with, for one tokenizer."""
+    """The tokens an answer may continue with so that its diff applies, for one tokenizer."""
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.texts = list(texts)
         """Each token id's text."""
         self._by_text: dict[str, list[int]] = {}
+        self._by_first: dict[str, list[int]] = {}
         for token, text in enumerate(self.texts):
             if text:
                 self._by_text.setdefault(text, []).append(token)
+                self._by_first.setdefault(text[0], []).append(token)
         self._longest = max((len(text) for text in self._by_text), default=1)
-        self._copy_starts = [t for t, text in enumerate(self.texts) if text[:1] in ("-", " ")]
         self._closers = [t for t, text in enumerate(self.texts) if text[:1] == "]"]
+        self._grammar: dict[State, frozenset[int]] = {}
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any) -> CopyGuard | None:
@@ -68,58 +200,85 @@ class CopyGuard:
             return None
         return cls(texts)
 
-    def constraint(self, answer: str, lines: frozenset[str]) -> tuple[list[int], bool] | None:
-        """What may come next after ``answer`` (the text so far) for a page of ``lines``: ``(ids, True)`` only
-        these token ids, ``(ids, False)`` any token but these; ``None`` any token (outside a ``<diff>``, or on a
-        line that copies nothing).
-
-        Inside a diff, a line that starts ``- `` or two spaces must go on as a page line does and end (a newline)
-        only once it is one; at a line's start, a token that would begin such a line must begin it with a page
-        line's text; a line that adds an element the page has must give its role and name as the page does.
-        Where no token can (a page line the vocabulary cannot spell), nothing is constrained."""
+    def constraint(self, answer: str, lines: Sequence[str]) -> tuple[list[int], bool] | None:
+        """What may come next after ``answer`` (the text so far) for a page of ``lines`` (in the page's order):
+        ``(ids, True)`` only these token ids, ``(ids, False)`` any token but these; ``None`` any token (before
+        the ``<diff>``, after the answer, or where the answer already left what the guard keeps)."""
         lowered = answer.lower()
-        opened = lowered.rfind("<diff>")
-        if opened < 0 or lowered.rfind("</diff>") > opened or not lines:
+        opened = lowered.find("<diff>")
+        if opened < 0 or not lines:
             return None
-        start = max(answer.rfind("\n") + 1, opened + len("<diff>"))
-        line = answer[start:]
-        if line[:2] == "+ ":
-            return self._addition(line[2:], _heads(lines))
-        if line[:2] in _COPY_PREFIXES:
-            done = line[2:]
-            endings = [page[len(done) :] + "\n" for page in lines if page.startswith(done)]
-        elif line in ("-", " "):
-            endings = [" " + page + "\n" for page in lines]
-        elif line == "":
-            endings = [prefix + page + "\n" for prefix in _COPY_PREFIXES for page in lines]
-        else:
+        body = answer[opened + len("<diff>") :]
+        closed = body.lower().find(_CLOSE)
+        if closed >= 0:
+            return self._allowed(_run(_AFTER_DIFF, body[closed + len(_CLOSE) :]))
+        if not body.startswith("\n"):
             return None
-        tokens = {token for ending in endings for token in self._starting(ending)}
-        if not tokens:
+        *done, line = body[1:].split("\n")
+        page = tuple(lines)
+        reach = _reachable(page, done)
+        if reach is None:
             return None
-        if line == "":  # an addition, a closing tag or an empty line may start here too
-            return [token for token in self._copy_starts if token not in tokens], False
-        return sorted(tokens), True
-
-    def _addition(self, done: str, heads: dict[str, str]) -> tuple[list[int], bool] | None:
-        """An added line of an element the page has keeps its role and name (its state, value and position may
-        change): ``+ [e3] radio "Nb" [checked]`` for the page's ``[e3] radio "Nb"``, never ``[e3] radio "ztzy"``.
-        A new element's line is free."""
-        opening = _OPEN_ID.match(done)
-        if opening is not None:  # the id may be complete: a token that closes it must go on as the page's line
-            head = heads.get(opening.group(1))
-            if head is None:
+        if line == "":
+            endings = [f"- {line}\n" for line in reach.removals] + [f"  {line}\n" for line in reach.contexts]
+            copies = {token for ending in endings for token in self._starting(ending)}
+            starts = self._tokens(_LINE_START)
+            if not _applies(page, done):  # the page the diff makes so far breaks the grammar: not closed yet
+                starts = frozenset(token for token in starts if self.texts[token][0] != "<")
+            return self._as_constraint(copies | starts)
+        if line[:1] in ("-", " "):
+            pages = reach.removals if line[0] == "-" else reach.contexts
+            if line[1:2] not in ("", " "):
                 return None
-            allowed = set(self._starting("] " + head))
-            return [token for token in self._closers if token not in allowed], False
-        added = _ADDED_ID.match(done)
-        if added is None or added.group(1) not in heads:
+            written = line[2:]
+            endings = [f"{line[0]} {page}\n"[len(line) :] for page in pages if page.startswith(written)]
+            copies = {token for ending in endings for token in self._starting(ending)}
+            return (sorted(copies), True) if copies else None
+        state = _run(_LINE_START, line)
+        if state is None:
             return None
-        tail, needed = done[added.end() :], "] " + heads[added.group(1)]
-        if tail.startswith(needed) or not needed.startswith(tail):
-            return None  # the head is written (what follows is free), or the line left it before this guard
-        tokens = self._starting(needed[len(tail) :])
-        return (sorted(tokens), True) if tokens else None
+        allowed = self._tokens(state)
+        if state in ("indent", "odd indent"):  # no deeper than one under the line it follows
+            spaces = len(line) - 2
+            allowed = frozenset(t for t in allowed if spaces + _leading(self.texts[t]) <= 2 * reach.depth)
+        head = _addition(line[2:], _heads(tuple(lines)), self) if line.startswith("+ ") else None
+        if head is not None:
+            ids, only = head
+            allowed = allowed & frozenset(ids) if only else allowed - frozenset(ids)
+        return self._as_constraint(allowed)
+
+    def finished(self, answer: str) -> bool:
+        """Whether ``answer`` is whole: its ``</done>`` written after a closed diff (nothing more to decode)."""
+        opened = answer.lower().find("<diff>")
+        if opened < 0:
+            return False
+        body = answer[opened + len("<diff>") :]
+        closed = body.lower().find(_CLOSE)
+        return closed >= 0 and _run(_AFTER_DIFF, body[closed + len(_CLOSE) :]) == "done"
+
+    def _allowed(self, state: State | None) -> tuple[list[int], bool] | None:
+        if state is None or state in _ENDS:
+            return None
+        return self._as_constraint(self._tokens(state))
+
+    def _as_constraint(self, allowed: frozenset[int] | set[int]) -> tuple[list[int], bool] | None:
+        """``allowed`` as the shorter list: only these, or all but the others."""
+        if not allowed:
+            return None  # nothing the vocabulary can spell: leave the model be
+        if len(allowed) <= len(self.texts) // 2:
+            return sorted(allowed), True
+        return [token for token in range(len(self.texts)) if token not in allowed], False
+
+    def _tokens(self, state: State) -> frozenset[int]:
+        """The tokens whose text the grammar reads from ``state`` (an end only at the token's last character)."""
+        found = self._grammar.get(state)
+        if found is None:
+            firsts = [first for first in self._by_first if _step(state, first) is not None]
+            found = frozenset(
+                token for first in firsts for token in self._by_first[first] if _run(state, self.texts[token])
+            )
+            self._grammar[state] = found
+        return found
 
     def _starting(self, ending: str) -> list[int]:
         """The tokens whose text is a prefix of ``ending``."""
@@ -129,8 +288,101 @@ class CopyGuard:
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class _Reach:
+    """Where the diff so far leaves the page (as :func:`~dreamgym.core.state.apply_diff` places its lines)."""
+
+    removals: set[str]
+    """The page lines a removal line may copy next (at or after the cursor)."""
+    contexts: set[str]
+    """The page lines a context line may copy next (one that goes on an open context block, or any after the
+    cursor)."""
+    depth: int
+    """The deepest an added line may be indented: one under the line it follows on the new page."""
+
+
+def _reachable(page: tuple[str, ...], done: list[str]) -> _Reach | None:
+    """Where the diff lines ``done`` leave ``page``; ``None`` where they already do not apply."""
+    cursor, block, last = 0, [], -1  # last: the depth of the new page's line the next addition follows
+    for raw in done:
+        if not raw.strip():
+            continue
+        prefix, line = raw[:2], raw[2:]
+        if prefix == "  ":
+            block.append(line)
+            continue
+        if prefix not in ("- ", "+ "):
+            return None
+        if block:
+            found = _find(page, block, cursor)
+            if found < 0:
+                return None
+            cursor, block, last = found + len(block), [], _depth(block[-1])
+        if prefix == "+ ":
+            last = _depth(line)
+            continue
+        found = _find(page, [line], cursor)
+        if found < 0:
+            return None
+        last = _depth(page[found - 1]) if found > cursor else last
+        cursor = found + 1
+    if not block:
+        return _Reach(set(page[cursor:]), set(page[cursor:]), last + 1)
+    found = _find(page, block, cursor)
+    if found < 0:
+        return None
+    size = len(block)
+    follows = {page[at + size] for at in range(cursor, len(page) - size) if list(page[at : at + size]) == block}
+    return _Reach(set(page[found + size :]), follows, _depth(block[-1]) + 1)
+
+
+def _leading(text: str) -> int:
+    return len(text) - len(text.lstrip(" "))
+
+
+def _depth(line: str) -> int:
+    return (len(line) - len(line.lstrip(" "))) // 2
+
+
+def _applies(page: tuple[str, ...], done: list[str]) -> bool:
+    """Whether the diff lines ``done`` make a page in the state format (what may close the diff)."""
+    try:
+        apply_diff("\n".join(page), "\n".join(done), strict=False)
+    except StateFormatError:
+        return False
+    return True
+
+
+def _find(page: tuple[str, ...], block: list[str], start: int) -> int:
+    for at in range(start, len(page) - len(block) + 1):
+        if list(page[at : at + len(block)]) == block:
+            return at
+    return -1
+
+
+def _addition(done: str, heads: dict[str, str], guard: CopyGuard) -> tuple[list[int], bool] | None:
+    """An added line of an element the page has keeps its role and name (its state, value and position may
+    change): ``+ [e3] radio "Nb" [checked]`` for the page's ``[e3] radio "Nb"``, never ``[e3] radio "ztzy"``.
+    A new element's line is free (but for the grammar)."""
+    opening = _OPEN_ID.match(done)
+    if opening is not None:  # the id may be complete: a token that closes it must go on as the page's line
+        head = heads.get(opening.group(1))
+        if head is None:
+            return None
+        allowed = set(guard._starting("] " + head))
+        return [token for token in guard._closers if token not in allowed], False
+    added = _ADDED_ID.match(done)
+    if added is None or added.group(1) not in heads:
+        return None
+    tail, needed = done[added.end() :], "] " + heads[added.group(1)]
+    if tail.startswith(needed) or not needed.startswith(tail):
+        return None  # the head is written (what follows is free), or the line left it before this guard
+    tokens = guard._starting(needed[len(tail) :])
+    return (sorted(tokens), True) if tokens else None
+
+
 @functools.lru_cache(maxsize=8)
-def _heads(lines: frozenset[str]) -> dict[str, str]:
+def _heads(lines: tuple[str, ...]) -> dict[str, str]:
     """Each element id of the page's lines with its head after the id (role, then name where it has one)."""
     heads: dict[str, str] = {}
     for line in lines:

@@ -85,8 +85,9 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     position: int = 0
     text: str = ""
-    """The answer so far, where its diff lines are kept to the page's (``Sampling.copy_lines``)."""
-    lines: frozenset[str] = frozenset()
+    """The answer so far, where it is kept to a diff that applies (``Sampling.copy_lines``)."""
+    lines: tuple[str, ...] = ()
+    """The page's lines, in order, that the answer's diff applies to (empty: decoded unconstrained)."""
 
 
 class LocalBackend:
@@ -321,13 +322,13 @@ class LocalBackend:
         logits: torch.Tensor = out.logits[:, -1, :]
         return logits
 
-    def _copy_lines(self, sampling: Sampling) -> frozenset[str]:
-        """The page lines this row's diff lines copy (``Sampling.copy_lines``), where the tokenizer allows it."""
+    def _copy_lines(self, sampling: Sampling) -> tuple[str, ...]:
+        """The page lines this row's diff applies to (``Sampling.copy_lines``), where the tokenizer allows it."""
         if not sampling.copy_lines:
-            return frozenset()
+            return ()
         if not self._guard_built:  # once: every token's text (about a second for a 49k vocabulary)
             self._guard, self._guard_built = CopyGuard.for_tokenizer(self.tokenizer), True
-        return frozenset(sampling.copy_lines) if self._guard is not None else frozenset()
+        return tuple(sampling.copy_lines) if self._guard is not None else ()
 
     def _sample(self, row: _Row, logits: torch.Tensor) -> int:
         import torch
@@ -361,6 +362,8 @@ class LocalBackend:
         row.tokens.append(token)
         if row.lines and self._guard is not None:
             row.text += self._guard.texts[token] if token < len(self._guard.texts) else ""
+            if self._guard.finished(row.text):  # its </done> written: the answer is whole
+                return "stop"
         stop = row.request.sampling.stop
         if stop and any(s in self.tokenizer.decode(row.tokens[-32:], skip_special_tokens=True) for s in stop):
             return "stop"
