@@ -29,6 +29,7 @@ random stream), not by kind. Prints a JSON line per row and writes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -107,6 +108,8 @@ async def measure(args: argparse.Namespace, rows: list[str], url: str, sampling_
         for row in rows:
             source, attempts = sources[row]
             model = load_experience_model(source, max_attempts=attempts)
+            # a server is not told the page's lines, so the model in process decodes unguarded too: like with like
+            model.config = dataclasses.replace(model.config, copy_page_lines=False)
             started = time.perf_counter()
             results = await one_step_fidelity(model, steps, store=store, neighbours=template.neighbours,
                                               exclude_task_seeds=held_out)  # fmt: skip
