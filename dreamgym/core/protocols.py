@@ -205,6 +205,11 @@ class Completion:
     completion_tokens: int = 0
     cached: bool = False
     """True when the answer came from the replay store's call cache."""
+    steered: int = 0
+    """Tokens where the backend kept the answer to its form (``Sampling.copy_lines``) against the model's own
+    choice: the model's most likely token was one the form does not allow, outside the spelling of a page line
+    the answer had chosen (a corrected copy is not counted). A steered answer applies, but where it was steered
+    the model was writing something the page does not support."""
 
 
 @runtime_checkable

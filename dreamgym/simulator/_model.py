@@ -65,8 +65,9 @@ class ExperienceModelConfig:
     initial_max_new_tokens: int = 1024
     """Token budget of the initial-page prompt (a whole page, not a diff)."""
     rule_pages: bool = True
-    """With a judge: when the first answer is malformed or repaired (a diff line that named no page line, dropped
-    or read by its id: a garbled line read so removes its element) and the action is one the simulator's rules
+    """With a judge: when the first answer is malformed, repaired (a diff line that named no page line, dropped
+    or read by its id: a garbled line read so removes its element) or steered (``Completion.steered``: kept to
+    a diff that applies against the model's own choice) and the action is one the simulator's rules
     write the page for (a ``type`` into a field, a ``select``, a click on a checkbox or radio button:
     :func:`~dreamgym.simulator.rule_writes_page`), take the page as it was (the rules then write the change) and
     the judge's outcome, instead of retrying. Counted in ``rule_pages``."""
@@ -106,8 +107,12 @@ class ExperienceModelStats:
     """Answers whose diff named page lines that do not exist; those lines were dropped."""
     salvaged_answers: int = 0
     """Predictions taken, after every attempt failed, from an answer whose diff only partly applied."""
+    steered_answers: int = 0
+    """First answers the backend kept to a diff that applies against the model's own choice
+    (``Completion.steered``): they apply, but the model was writing a line that would not have."""
     rule_pages: int = 0
-    """Predictions whose first answer was malformed or repaired and whose page the rules wrote (``rule_pages``)."""
+    """Predictions whose first answer was malformed, repaired or steered and whose page the rules wrote
+    (``rule_pages``)."""
     failed_predictions: int = 0
     """Predictions whose every attempt was malformed (each ends an episode as truncated)."""
     repeated_retries: int = 0
@@ -123,6 +128,7 @@ class _Cached(msgspec.Struct, frozen=True):
     finish_reason: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    steered: int = 0
 
 
 def _derive_seed(*parts: int | None) -> int:
@@ -211,9 +217,11 @@ class LLMExperienceModel:
                     return self._rule_prediction(query, completion.text)
                 continue
             repaired = bool(answer.dropped_lines or answer.anchored_lines)
+            steered = attempt == 0 and completion.steered > 0
             self.stats.repaired_answers += repaired
-            self.stats.clean_first_answers += attempt == 0 and not repaired
-            if repaired and attempt == 0 and self._rule_page(query):
+            self.stats.steered_answers += steered
+            self.stats.clean_first_answers += attempt == 0 and not repaired and not steered
+            if (repaired or steered) and attempt == 0 and self._rule_page(query):
                 return self._rule_prediction(query, completion.text)
             return self._prediction(answer, query, completion.text)
         if self.config.salvage:
@@ -326,10 +334,15 @@ class LLMExperienceModel:
                 prompt_tokens=cached.prompt_tokens,
                 completion_tokens=cached.completion_tokens,
                 cached=True,
+                steered=cached.steered,
             )
         completion = await self.backend.complete(messages, sampling)
         value = _Cached(
-            completion.text, completion.finish_reason, completion.prompt_tokens, completion.completion_tokens
+            completion.text,
+            completion.finish_reason,
+            completion.prompt_tokens,
+            completion.completion_tokens,
+            completion.steered,
         )
         await self.store.put_cached(key, msgspec.msgpack.encode(value))
         return completion

@@ -112,12 +112,13 @@ def test_an_added_line_of_an_element_the_page_has_keeps_its_role_and_name(tiny_s
     unguarded adversary renames it; a new element's line is only kept to the grammar."""
     guard = CopyGuard.for_tokenizer(LocalBackend.load(tiny_sim_dir).tokenizer)
     assert guard is not None
-    guarded = [added_line(guard, guard.texts, random.Random(n), "+   [e3") for n in range(30)]
+    removed = '-   [e3] checkbox "Coffee" [checked]\n'  # an element's line is replaced: removed, then added
+    guarded = [added_line(guard, guard.texts, random.Random(n), removed + "+   [e3") for n in range(30)]
     mine = [line for line in guarded if line.startswith("+   [e3]")]
     assert len(mine) >= 10 and all(line.startswith('+   [e3] checkbox "Coffee"') for line in mine), guarded
     ended = [line for line in guarded if len(line) < 150]  # the rest ran on with random text, unended
     assert len(ended) >= 20 and all(parse_state(line[2:].strip()) for line in ended)
-    free = [added_line(None, guard.texts, random.Random(n), "+   [e3] ") for n in range(30)]
+    free = [added_line(None, guard.texts, random.Random(n), removed + "+   [e3] ") for n in range(30)]
     assert not all(line.startswith('+   [e3] checkbox "Coffee"') for line in free)
     new = guard.constraint('<diff>\n+ [e9] radio "new', PAGE)  # not on the page: any name, closed by a quote
     assert new is not None and not new[1] and '"' not in {guard.texts[t] for t in new[0]}
@@ -135,7 +136,7 @@ def added_line(guard: CopyGuard | None, texts: list[str], rng: random.Random, st
         elif closing and rng.random() < 0.5:  # close what is open
             choices = closing
         answer += texts[rng.choice(choices)]
-    return answer.split("\n")[1]
+    return answer.rstrip("\n").split("\n")[-1]
 
 
 def test_before_the_diff_every_token_stays_allowed_and_after_it_the_tags_are_kept(tiny_sim_dir: Path) -> None:
@@ -183,6 +184,40 @@ def test_the_local_backends_sampler_writes_only_page_lines_where_the_diff_copies
     free.text = "<diff>\n-   [e3] check"
     logits = torch.randn(backend.model.config.vocab_size, generator=torch.Generator().manual_seed(0))
     assert backend._sample(free, logits) == int(torch.argmax(logits))
+
+
+def test_the_sampler_counts_the_choices_it_overrules_but_not_a_copy_it_spells_nor_a_line_it_ends(
+    tiny_sim_dir: Path,
+) -> None:
+    """``Completion.steered`` counts the tokens where the model's favourite was not allowed: a second line for an
+    element the page keeps is one; spelling a chosen page line is not (a corrected copy), nor ending an added
+    line of a page element where the model would run it on (the line ends there instead)."""
+    import torch
+
+    from dreamgym.simulator.backends._local import _Request, _Row
+
+    backend = LocalBackend.load(tiny_sim_dir)
+    vocabulary = backend.model.config.vocab_size
+
+    def sample(text: str, favourite: str) -> tuple[str, int]:
+        row = _Row(request=_Request(prompt_ids=[1], sampling=Sampling(copy_lines=PAGE)), generator=None)
+        row.lines = backend._copy_lines(row.request.sampling)
+        row.text = text
+        guard = backend._guard
+        assert guard is not None
+        logits = torch.zeros(vocabulary)
+        logits[guard.texts.index(favourite)] = 10.0
+        token = backend._sample(row, logits)
+        return guard.texts[token], row.request.steered
+
+    _, steered = sample("<diff>\n+   [e3", "]")  # e3's line stays on the page: no second e3
+    assert steered == 1
+    _, steered = sample('<diff>\n-   [e3] checkbox "Cof', "6")  # a misspelt copy, corrected
+    assert steered == 0
+    chosen, steered = sample('<diff>\n-   [e3] checkbox "Coffee" [checked]\n+   [e3] checkbox "Coffee"', " [")
+    assert (chosen, steered) == (" [", 0)  # allowed: the model's own choice
+    chosen, steered = sample('<diff>\n-   [e3] checkbox "Coffee" [checked]\n+   [e3] checkbox "Coffee"', '"')
+    assert (chosen, steered) == ("\n", 0)  # run on into another's text: the line ends there
 
 
 def test_the_experience_model_asks_for_the_pages_lines_unless_told_not_to() -> None:

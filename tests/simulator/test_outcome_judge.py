@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,17 @@ import numpy as np
 import pytest
 from sim_helpers import ScriptedBackend, open_store
 
-from dreamgym.core import ConfigError, ExperienceQuery, Observation, Step, Task, parse_action
+from dreamgym.core import (
+    ChatMessage,
+    Completion,
+    ConfigError,
+    ExperienceQuery,
+    Observation,
+    Sampling,
+    Step,
+    Task,
+    parse_action,
+)
 from dreamgym.simulator import (
     FEATURES,
     JUDGE_FILE,
@@ -263,6 +274,34 @@ async def test_a_garbled_first_answer_on_a_rule_written_step_takes_the_rules_pag
     assert '[e2] checkbox "Ab" [checked]' in result.observation.state
     assert (result.reward, result.terminated) == (0.0, False)
     assert model.stats.rule_pages == 1
+
+
+class SteeredBackend(ScriptedBackend):
+    """Answers as a guarded backend does where it overruled the model: the text applies, ``steered`` says so."""
+
+    async def complete(self, messages: Sequence[ChatMessage], sampling: Sampling) -> Completion:
+        answer = await super().complete(messages, sampling)
+        return Completion(text=answer.text, steered=2)
+
+
+async def test_a_steered_first_answer_takes_the_rules_page_on_a_rule_step_and_stands_elsewhere() -> None:
+    """An answer the guard kept to the form against the model's choice applies, but is not what the model meant:
+    on a step the rules write it is replaced by the rules' page (as a garbled one is); elsewhere it stands,
+    counted either way."""
+    from dreamgym.simulator import SimulatedEnv
+
+    goal = "Tick Ab, cd and press Order."
+    page = Observation(state=toppings_page(goal, ["Ab", "cd", "x"], set()), goal=goal)
+    judge = await anyio.to_thread.run_sync(fit_judge, forms(range(30)))
+    task = Task(task_id=f"{SITE}/toppings", instruction=goal, site=SITE)
+    wrong = '<diff>\n  [e4] checkbox "x"\n+ [e9] checkbox "6"\n</diff>\n<reward>0</reward>\n<done>no</done>'
+    model = LLMExperienceModel(SteeredBackend([wrong]), judge=judge)
+    result = await SimulatedEnv(model).predict_step(task, (), page, parse_action('click [e2] "Ab"'))
+    assert '[e2] checkbox "Ab" [checked]' in result.observation.state and "[e9]" not in result.observation.state
+    assert (model.stats.steered_answers, model.stats.rule_pages, model.stats.clean_first_answers) == (1, 1, 0)
+    elsewhere = await SimulatedEnv(model).predict_step(task, (), page, parse_action('click [e5] "Order"'))
+    assert '[e9] checkbox "6"' in elsewhere.observation.state  # no rule writes a button's page: it stands
+    assert (model.stats.steered_answers, model.stats.rule_pages) == (2, 1)
 
 
 async def test_without_a_judge_a_garbled_answer_is_repaired_and_the_check_rule_puts_the_box_back() -> None:

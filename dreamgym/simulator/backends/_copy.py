@@ -15,10 +15,12 @@ gives, at each decoding step, the tokens that keep the answer one that does
   consecutive, as :func:`~dreamgym.core.state.apply_diff` places them), and
   it ends only where a whole line is copied;
 - an added line is a line of the state grammar (``[id] role "name" [prop]
-  ...: text``), and one of an element the page has keeps that element's role
+  ...: text``, no prop that looks like an element id), and one of an element
+  the page has replaces that element's removed line, once, and keeps its role
   and name (``+ [e3] radio "Nb" [checked]`` for the page's ``[e3] radio
   "Nb"``, never ``+ [e3] radio "ztzy"``: its state, value and place may
-  change, what it is may not);
+  change, what it is may not), its props those of its line, of what an
+  action toggles on its role (:data:`ROLE_PROPS`) and :data:`STATE_PROPS`;
 - a diff line starts ``- ``, ``  ``, ``+ `` or closes the diff, and after it
   come ``<reward>`` with a number (an ``<error>`` may come first) and
   ``<done>`` with ``yes`` or ``no``; :meth:`CopyGuard.finished` says when the
@@ -26,7 +28,13 @@ gives, at each decoding step, the tokens that keep the answer one that does
 
 Before ``<diff>`` (reasoning) every token stays allowed. The model still
 chooses which lines, what an added line says, the reward and the end: the
-guard takes away only answers that would not apply.
+guard takes away only answers that would not apply. Where it takes away the
+model's own favourite token, the local backend counts it
+(``Completion.steered``) unless the guard was spelling a page line the
+answer had chosen (:meth:`CopyGuard.copying`: a misspelt copy, corrected) or
+ends the line there (:meth:`CopyGuard.fallback`: an added line of a page
+element run on into another's text). A steered answer applies but is not
+what the model meant, and the experience model treats it as a garbled one.
 
 A token's text is taken as its decoding alone, which holds for byte-level BPE
 tokenizers (GPT-2's, SmolLM2's, the demo-size model's). A tokenizer whose
@@ -57,6 +65,9 @@ _PROBE = '<diff>\n-   [e12] checkbox "Bob" [checked]\n+ [e3] textbox "Name: x"\n
 _HEAD = re.compile(r'^\s*\[(e\d+)\] ([^\s":\[]+(?: "(?:[^"\\]|\\.)*")?)')
 """A page line's element id and its head: the role and the name (what an addition of that id must keep)."""
 _OPEN_ID = re.compile(r"^\s*\[(e\d+)$")
+_CHOSEN = re.compile(r"^\s*\[[^\]\s]+\]")
+"""A copied line past its element id: which page line it copies is chosen."""
+_COPY_PREFIXES = ("- ", "  ")
 _ADDED_ID = re.compile(r"^\s*\[(e\d+)")
 _ID_CHARS = frozenset(string.ascii_letters + string.digits + "_.:-")
 _ROLE_FIRST = frozenset(string.ascii_letters)
@@ -127,10 +138,12 @@ def _step(state: State, char: str) -> State | None:
         return {" ": "after ", ":": "colon", "\n": "end"}.get(char)
     if state == "after ":
         return "prop?" if char == "[" else None
-    if state in ("prop?", "prop"):
-        if char == "\n" or (char == "]" and state == "prop?"):
+    if state in ("prop?", "prop", "prop e"):  # a prop is no element id: none starts "e" and a digit
+        if char == "\n" or (char == "]" and state == "prop?") or (state == "prop e" and char in string.digits):
             return None
-        return "after" if char == "]" else "prop"
+        if char == "]":
+            return "after"
+        return "prop e" if state == "prop?" and char == "e" else "prop"
     if state == "colon":
         return "text" if char == " " else None
     if state == "text":
@@ -241,11 +254,46 @@ class CopyGuard:
         if state in ("indent", "odd indent"):  # no deeper than one under the line it follows
             spaces = len(line) - 2
             allowed = frozenset(t for t in allowed if spaces + _leading(self.texts[t]) <= 2 * reach.depth)
-        head = _addition(line[2:], _heads(tuple(lines)), self) if line.startswith("+ ") else None
+        head = _addition(line[2:], _heads(page), _ids(done), self) if line.startswith("+ ") else None
         if head is not None:
             ids, only = head
             allowed = allowed & frozenset(ids) if only else allowed - frozenset(ids)
         return self._as_constraint(allowed)
+
+    def copying(self, answer: str, lines: Sequence[str]) -> bool:
+        """Whether the next token spells a page line the answer has already chosen: a removal or context line
+        past its element id, or the role and name of an added line of an element the page has. Steering there
+        corrects a copy (a small model misspells names it has never seen); anywhere else it overrules what
+        the model was writing (``Completion.steered`` counts only that)."""
+        opened = answer.lower().find("<diff>")
+        if opened < 0 or _CLOSE in answer[opened:].lower():
+            return False
+        line = answer[answer.rfind("\n") + 1 :]
+        if line[:2] in _COPY_PREFIXES:
+            return _CHOSEN.match(line[2:]) is not None
+        match = _ADDED_ID.match(line[2:]) if line[:2] == "+ " else None
+        if match is None or match.group(1) not in _heads(tuple(lines)):
+            return False
+        tail, needed = line[2 + match.end() :], "] " + _heads(tuple(lines))[match.group(1)][0]
+        return tail.startswith("]") and needed.startswith(tail) and tail != needed
+
+    def fallback(self, answer: str, lines: Sequence[str]) -> list[int] | None:
+        """What to write where the model's own choice leaves the form, if not the next best it allows: past the
+        role and name (and any props) of an added line of an element the page has, the line's end (a small
+        model runs such a line on into another's text; cut there, it says what it meant)."""
+        opened = answer.lower().find("<diff>")
+        line = answer[answer.rfind("\n") + 1 :]
+        if opened < 0 or line[:2] != "+ " or _CLOSE in answer[opened:].lower():
+            return None
+        match = _ADDED_ID.match(line[2:])
+        heads = _heads(tuple(lines))
+        if match is None or match.group(1) not in heads:
+            return None
+        tail, needed = line[2 + match.end() :], "] " + heads[match.group(1)][0]
+        written = _PROPS.match(tail[len(needed) :]) if tail.startswith(needed) else None
+        if written is None or written.group(2):
+            return None
+        return self._by_text.get("\n") or None
 
     def finished(self, answer: str) -> bool:
         """Whether ``answer`` is whole: its ``</done>`` written after a closed diff (nothing more to decode)."""
@@ -360,33 +408,79 @@ def _find(page: tuple[str, ...], block: list[str], start: int) -> int:
     return -1
 
 
-def _addition(done: str, heads: dict[str, str], guard: CopyGuard) -> tuple[list[int], bool] | None:
-    """An added line of an element the page has keeps its role and name (its state, value and position may
-    change): ``+ [e3] radio "Nb" [checked]`` for the page's ``[e3] radio "Nb"``, never ``[e3] radio "ztzy"``.
-    A new element's line is free (but for the grammar)."""
+STATE_PROPS = ("disabled", "focused", "required", "invalid", "readonly", "busy", "hidden")
+"""Props any element may gain or lose in a step beside those its page line has: states a script changes."""
+ROLE_PROPS = {"checkbox": ("checked",), "radio": ("checked",), "switch": ("checked",), "option": ("selected",),
+              "button": ("pressed", "expanded"), "combobox": ("expanded",), "link": ("expanded",),
+              "menuitem": ("expanded",), "treeitem": ("expanded", "selected"), "tab": ("selected",)}  # fmt: skip
+"""Props an element of a role may gain or lose beside :data:`STATE_PROPS`: what an action toggles on it."""
+_PROPS = re.compile(r"((?: \[[^\]\n]*\])*)(.*)$", re.DOTALL)
+
+
+def _ids(done: list[str]) -> tuple[set[str], set[str]]:
+    """The element ids the diff lines ``done`` removed and added."""
+    removed: set[str] = set()
+    added: set[str] = set()
+    for raw in done:
+        match = _ADDED_ID.match(raw[2:])
+        if match is not None and raw[:2] in ("- ", "+ "):
+            (removed if raw[0] == "-" else added).add(match.group(1))
+    return removed, added
+
+
+def _addition(
+    done: str, heads: dict[str, tuple[str, tuple[str, ...]]], ids: tuple[set[str], set[str]], guard: CopyGuard
+) -> tuple[list[int], bool] | None:
+    """An added line of an element the page has replaces that element's removed line, once, and keeps its role
+    and name (its state props, value and position may change): ``+ [e3] radio "Nb" [checked]`` for the page's
+    ``[e3] radio "Nb"``, never ``[e3] radio "ztzy"``, nor a second ``[e3]`` beside a line the page keeps. A new
+    element's id comes once; its line is free but for the grammar."""
+    removed, added = ids
     opening = _OPEN_ID.match(done)
-    if opening is not None:  # the id may be complete: a token that closes it must go on as the page's line
-        head = heads.get(opening.group(1))
-        if head is None:
+    if opening is not None:  # the id may be complete here
+        element = opening.group(1)
+        if element in added or (element in heads and element not in removed):
+            return guard._closers, False  # not this id: it is on the page already, or added already
+        if element not in heads:
             return None
-        allowed = set(guard._starting("] " + head))
+        allowed = set(guard._starting("] " + heads[element][0]))
         return [token for token in guard._closers if token not in allowed], False
-    added = _ADDED_ID.match(done)
-    if added is None or added.group(1) not in heads:
+    match = _ADDED_ID.match(done)
+    if match is None or match.group(1) not in heads:
         return None
-    tail, needed = done[added.end() :], "] " + heads[added.group(1)]
-    if tail.startswith(needed) or not needed.startswith(tail):
-        return None  # the head is written (what follows is free), or the line left it before this guard
-    tokens = guard._starting(needed[len(tail) :])
-    return (sorted(tokens), True) if tokens else None
+    head, props = heads[match.group(1)]
+    tail, needed = done[match.end() :], "] " + head
+    if not tail.startswith(needed):
+        if not needed.startswith(tail):
+            return None  # the line left the head before this guard
+        tokens = guard._starting(needed[len(tail) :])
+        return (sorted(tokens), True) if tokens else None
+    written, rest = _PROPS.match(tail[len(needed) :]).groups()  # type: ignore[union-attr]
+    role = head.split(" ", 1)[0]
+    toggled = (*props, *ROLE_PROPS.get(role, ()), *STATE_PROPS)
+    left = [prop for prop in dict.fromkeys(toggled) if f" [{prop}]" not in written]
+    if rest == "":
+        endings = [f" [{prop}]" for prop in left] + [": ", "\n"]
+    elif rest == " ":
+        endings = [f"[{prop}]" for prop in left]
+    elif rest.startswith(" [") and "]" not in rest:
+        endings = [prop[len(rest) - 2 :] + "]" for prop in left if prop.startswith(rest[2:])]
+    elif rest == ":":
+        endings = [" "]
+    else:
+        return None  # its text: free but for the grammar
+    found = {token for ending in endings for token in guard._starting(ending)}
+    return (sorted(found), True) if found else None
 
 
 @functools.lru_cache(maxsize=8)
-def _heads(lines: tuple[str, ...]) -> dict[str, str]:
-    """Each element id of the page's lines with its head after the id (role, then name where it has one)."""
-    heads: dict[str, str] = {}
+def _heads(lines: tuple[str, ...]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Each element id of the page's lines with its head after the id (role, then name where it has one) and the
+    props its line has."""
+    heads: dict[str, tuple[str, tuple[str, ...]]] = {}
     for line in lines:
         match = _HEAD.match(line)
         if match is not None:
-            heads[match.group(1)] = match.group(2)
+            props = re.findall(r" \[([^\]]+)\]", line[match.end() :].split(": ", 1)[0])
+            heads[match.group(1)] = (match.group(2), tuple(props))
     return heads

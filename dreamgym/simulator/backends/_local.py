@@ -74,6 +74,8 @@ class _Request:
     text: str = ""
     finish_reason: str = ""
     completion_tokens: int = 0
+    steered: int = 0
+    """Tokens whose choice the answer guard took from the model (``Completion.steered``)."""
     error: BaseException | None = None
     done: bool = False
 
@@ -194,6 +196,7 @@ class LocalBackend:
             finish_reason=request.finish_reason,
             prompt_tokens=len(request.prompt_ids),
             completion_tokens=request.completion_tokens,
+            steered=request.steered,
         )
 
     @property
@@ -340,10 +343,18 @@ class LocalBackend:
                 ids, only = constraint
                 size = logits.shape[-1]  # a tokenizer may name more tokens than the model scores
                 index = torch.tensor([t for t in ids if t < size], dtype=torch.long, device=logits.device)
+                favourite = int(torch.argmax(logits))
                 if only:
                     logits = torch.full_like(logits, float("-inf")).index_copy(0, index, logits[index])
                 else:
                     logits = logits.index_fill(0, index, float("-inf"))
+                if bool(torch.isneginf(logits[favourite])) and not self._guard.copying(row.text, row.lines):
+                    ending = self._guard.fallback(row.text, row.lines)
+                    if ending:  # the line ends where the model ran it on into another's text
+                        keep = torch.tensor([t for t in ending if t < size], dtype=torch.long, device=logits.device)
+                        logits = torch.full_like(logits, float("-inf")).index_copy(0, keep, logits[keep])
+                    else:  # the model's own choice overruled, not a misspelt copy corrected nor a line cut
+                        row.request.steered += 1
         if sampling.temperature == 0:
             return int(torch.argmax(logits))
         probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
