@@ -30,7 +30,8 @@ model has none or ``--fit-judge`` asks); ``+copy`` also keeps the removal and
 context lines of the model's diffs to copies of the page's lines as it
 decodes (``ExperienceModelConfig.copy_page_lines``). Per task, the model's answer counters say how its
 answers went: predictions asked of it, first (greedy) answers that applied as
-written, malformed and repaired answers, pages the rules wrote in their place
+written (with ``+copy``: and that the guard did not steer, ``Completion.steered``),
+malformed, repaired and steered answers, pages the rules wrote in their place
 (with the judge), salvaged answers and predictions that failed; and how many
 of the pages it wrote open loop gave an element of the page before another
 role or name (``pages_renaming_an_element``: a page keeps what its elements
@@ -59,8 +60,8 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 VALIDATION = range(2000, 2200)
-ANSWER_COUNTERS = ("predictions", "clean_first_answers", "malformed_answers", "repaired_answers", "rule_pages",
-                   "salvaged_answers", "failed_predictions")  # fmt: skip
+ANSWER_COUNTERS = ("predictions", "clean_first_answers", "malformed_answers", "repaired_answers", "steered_answers",
+                   "rule_pages", "salvaged_answers", "failed_predictions")  # fmt: skip
 """The model's counters (``ExperienceModelStats``) read per task: how its answers went, first answers included."""
 ARMS = ("model", "model+copy", "judge", "judge+copy")
 """Whose reward and end (the model's or the judge's), and whether its diff lines are kept to the page's."""
