@@ -93,18 +93,26 @@ def parses(answer: str) -> bool:
     return (parsed.dropped_lines, parsed.anchored_lines) == (0, 0)
 
 
-def test_a_removal_line_copies_only_what_the_diff_can_still_reach() -> None:
+def test_a_copied_line_is_one_the_diff_can_still_reach_and_a_typed_text_is_not_empty() -> None:
     """Past a removed line, the lines above it are out of reach (``apply_diff`` places a removal at or after its
     cursor), and a context block goes on only with the line that follows it on the page."""
-    guard = CopyGuard([*"- +\n<>/", *PAGE])  # a vocabulary of characters and of whole page lines
+    guard = CopyGuard([*"- +\n<>/a", *PAGE])  # a vocabulary of characters and of whole page lines
     removal = guard.constraint('<diff>\n-   [e3] checkbox "Coffee" [checked]\n-', PAGE)
     assert removal is not None and removal[1]
     assert {guard.texts[t] for t in removal[0]} == {" "}
     reach = guard.constraint('<diff>\n-   [e3] checkbox "Coffee" [checked]\n- ', PAGE)
     assert reach is not None and reach[1]
     assert {guard.texts[t] for t in reach[0]} == {" ", '  [e4] textbox "Name"', '[e5] button "Submit"'}
+    typed = guard.constraint('<diff>\n-   [e4] textbox "Name"\n+   [e4] textbox "Name": ', PAGE)
+    assert typed is not None and "a" in left_texts(guard, typed)
+    assert "\n" not in left_texts(guard, typed)  # a text is not empty (read back, ": " alone would break the line)
     block = guard.constraint('<diff>\n  [e1] heading "Sign up"\n  ', PAGE)
     assert block is not None and {guard.texts[t] for t in block[0]} == {" ", PAGE[1]}  # only e2 follows e1
+
+
+def left_texts(guard: CopyGuard, constraint: tuple[list[int], bool]) -> set[str]:
+    ids, only = constraint
+    return {text for token, text in enumerate(guard.texts) if (token in set(ids)) == only}
 
 
 def test_an_added_line_of_an_element_the_page_has_keeps_its_role_and_name(tiny_sim_dir: Path) -> None:

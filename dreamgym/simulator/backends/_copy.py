@@ -145,7 +145,11 @@ def _step(state: State, char: str) -> State | None:
             return "after"
         return "prop e" if state == "prop?" and char == "e" else "prop"
     if state == "colon":
-        return "text" if char == " " else None
+        return "text?" if char == " " else None
+    if state == "text?":  # the text has no leading spaces and is not empty (a line read back strips them)
+        if char == "\n":
+            return None
+        return "text?" if char == " " else "text"
     if state == "text":
         return "end" if char == "\n" else "text"
     if state == "tag":
@@ -233,7 +237,7 @@ class CopyGuard:
         if reach is None:
             return None
         if line == "":
-            endings = [f"- {line}\n" for line in reach.removals] + [f"  {line}\n" for line in reach.contexts]
+            endings = [f"- {kept}\n" for kept in reach.removals] + [f"  {kept}\n" for kept in reach.contexts]
             copies = {token for ending in endings for token in self._starting(ending)}
             starts = self._tokens(_LINE_START)
             if not _applies(page, done):  # the page the diff makes so far breaks the grammar: not closed yet
@@ -465,8 +469,6 @@ def _addition(
         endings = [f"[{prop}]" for prop in left]
     elif rest.startswith(" [") and "]" not in rest:
         endings = [prop[len(rest) - 2 :] + "]" for prop in left if prop.startswith(rest[2:])]
-    elif rest == ":":
-        endings = [" "]
     else:
         return None  # its text: free but for the grammar
     found = {token for ending in endings for token in guard._starting(ending)}
