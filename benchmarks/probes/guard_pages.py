@@ -13,9 +13,9 @@ answer counters. A one-off probe: no results file.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import dataclasses
-import sys
 from pathlib import Path
 
 import anyio
@@ -58,4 +58,8 @@ async def main(kept: Path, limit: int) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 160)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kept", type=Path, help="a finished demo's out")
+    parser.add_argument("steps", type=int, nargs="?", default=160, help="held-out steps to predict")
+    args = parser.parse_args()
+    anyio.run(main, args.kept, args.steps)
