@@ -269,31 +269,26 @@ class CopyGuard:
         past its element id, or the role and name of an added line of an element the page has. Steering there
         corrects a copy (a small model misspells names it has never seen); anywhere else it overrules what
         the model was writing (``Completion.steered`` counts only that)."""
-        opened = answer.lower().find("<diff>")
-        if opened < 0 or _CLOSE in answer[opened:].lower():
+        line = _diff_line(answer)
+        if line is None:
             return False
-        line = answer[answer.rfind("\n") + 1 :]
         if line[:2] in _COPY_PREFIXES:
             return _CHOSEN.match(line[2:]) is not None
-        match = _ADDED_ID.match(line[2:]) if line[:2] == "+ " else None
-        if match is None or match.group(1) not in _heads(tuple(lines)):
+        head = _page_element_head(line, lines)
+        if head is None:
             return False
-        tail, needed = line[2 + match.end() :], "] " + _heads(tuple(lines))[match.group(1)][0]
+        tail, needed = head
         return tail.startswith("]") and needed.startswith(tail) and tail != needed
 
     def fallback(self, answer: str, lines: Sequence[str]) -> list[int] | None:
         """What to write where the model's own choice leaves the form, if not the next best it allows: past the
         role and name (and any props) of an added line of an element the page has, the line's end (a small
         model runs such a line on into another's text; cut there, it says what it meant)."""
-        opened = answer.lower().find("<diff>")
-        line = answer[answer.rfind("\n") + 1 :]
-        if opened < 0 or line[:2] != "+ " or _CLOSE in answer[opened:].lower():
+        line = _diff_line(answer)
+        head = _page_element_head(line, lines) if line is not None else None
+        if head is None:
             return None
-        match = _ADDED_ID.match(line[2:])
-        heads = _heads(tuple(lines))
-        if match is None or match.group(1) not in heads:
-            return None
-        tail, needed = line[2 + match.end() :], "] " + heads[match.group(1)][0]
+        tail, needed = head
         written = _PROPS.match(tail[len(needed) :]) if tail.startswith(needed) else None
         if written is None or written.group(2):
             return None
@@ -386,6 +381,24 @@ def _reachable(page: tuple[str, ...], done: list[str]) -> _Reach | None:
     size = len(block)
     follows = {page[at + size] for at in range(cursor, len(page) - size) if list(page[at : at + size]) == block}
     return _Reach(set(page[found + size :]), follows, _depth(block[-1]) + 1)
+
+
+def _diff_line(answer: str) -> str | None:
+    """The line ``answer`` is writing inside its open ``<diff>`` (``None`` before the diff or after it closed)."""
+    opened = answer.lower().find("<diff>")
+    if opened < 0 or _CLOSE in answer[opened:].lower():
+        return None
+    return answer[answer.rfind("\n") + 1 :]
+
+
+def _page_element_head(line: str, lines: Sequence[str]) -> tuple[str, str] | None:
+    """For an added line of an element the page has: what follows its id so far, and the ``"] role name"`` it
+    must begin with; ``None`` for any other line."""
+    match = _ADDED_ID.match(line[2:]) if line[:2] == "+ " else None
+    heads = _heads(tuple(lines))
+    if match is None or match.group(1) not in heads:
+        return None
+    return line[2 + match.end() :], "] " + heads[match.group(1)][0]
 
 
 def _leading(text: str) -> int:
