@@ -85,6 +85,7 @@ def main() -> int:
             admitted=admitted, synthetic_before_after_of=[before, after, episodes], verdict=verdict,
             real_before_after_of=list(real[task]) if task in real else None,
             in_run_reading=kept.get("training", {}).get("metrics", {}).get(f"train/sim_trust/{task}"),
+            in_run_steps=kept.get("training", {}).get("metrics", {}).get(f"train/sim_trust_steps/{task}"),
         ))  # fmt: skip
     summary = {"tasks": len(rows), **dict(sorted(tally.items()))}
     print(json.dumps(summary), flush=True)

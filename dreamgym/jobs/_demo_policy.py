@@ -250,7 +250,7 @@ def train_policy(settings: DemoSettings, weights: PolicyWeights, *, sim_dir: Pat
         "train/rollout_seconds": state.rollout_seconds,
         "train/sim_refits": float(len(refits)),
         "train/sim_refit_seconds": float(sum(refits)),
-        **{f"train/{key}": float(value) for key, value in trust.items() if key.startswith("sim_trust/")},
+        **{f"train/{key}": float(value) for key, value in trust.items() if key.startswith("sim_trust")},
         **({"train/last_loss": float(losses[-1])} if losses else {}),
         **_anchor_figures(settings, anchor, anchored),
         **_memo_figures(policy),

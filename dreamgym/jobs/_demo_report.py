@@ -398,8 +398,11 @@ def _training_note(training: Mapping[str, Any]) -> str:
         note += (f"; the experience model refit {refits:.0f} time{'' if refits == 1 else 's'} on the real steps "
                  f"played ({m['train/sim_refit_seconds']:.0f} s)")  # fmt: skip
     trust = {key.split("/")[-1]: value for key, value in m.items() if key.startswith("train/sim_trust/")}
+    counts = {key.split("/")[-1]: value for key, value in m.items() if key.startswith("train/sim_trust_steps/")}
     if trust:
-        note += "; its last shadowed deciding steps right: " + ", ".join(f"{t} {v:.2f}" for t, v in trust.items())
+        note += "; its last shadowed deciding steps right: " + ", ".join(
+            f"{t} {v:.2f}" + (f" of {counts[t]:.0f}" if t in counts else "") for t, v in trust.items()
+        )
     return note + (f", last loss {m['train/last_loss']:.4f}" if "train/last_loss" in m else "")
 
 

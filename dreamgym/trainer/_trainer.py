@@ -779,11 +779,18 @@ class Trainer:
 
     def _trust(self) -> dict[str, float]:
         """``sim_trust/<task>``: the simulator's outcome accuracy on the task's last shadowed deciding steps
-        (what the gate compares with ``sim_trust``), for the tasks it has seen; empty with the gate off."""
+        (what the gate compares with ``sim_trust``), and ``sim_trust_steps/<task>``: how many steps that is (at
+        most ``sim_trust_window``; below ``sim_trust_min_steps`` the gate keeps the task out whatever the
+        accuracy), for the tasks it has seen; empty with the gate off."""
         if not self.config.sim_trust or self._portal is None:
             return {}
-        decisions = self._decisions()
-        return {f"sim_trust/{task}": round(self._trust_accuracy(d), 4) for task, d in sorted(decisions.items()) if d}
+        window = self.config.sim_trust_window
+        figures: dict[str, float] = {}
+        for task, decisions in sorted(self._decisions().items()):
+            if decisions:
+                figures[f"sim_trust/{task}"] = round(self._trust_accuracy(decisions), 4)
+                figures[f"sim_trust_steps/{task}"] = len(decisions[-window:])
+        return figures
 
     def report(self, metrics: Mapping[str, Any], *, kind: str = "job") -> None:
         """Log a job's own figures (a demo's evaluations, its simulator's fidelity) as the trainer logs its own: a
