@@ -39,6 +39,10 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--batch-size", type=int, default=8)
     train.add_argument("--lr", type=float, default=None, help="learning rate (default depends on the base)")
     train.add_argument("--max-steps", type=int, default=-1, help="stop after this many optimizer steps")
+    train.add_argument("--max-length", type=int, default=2048,
+                       help="the longest example, in tokens: longer ones are left out, counted in a warning "
+                            "(a text world's prompt can pass 2,048; the model's positions bound it) "
+                            "(default: 2048)")  # fmt: skip
     train.add_argument("--device", default="auto",
                        help="where it trains: auto (CUDA where torch sees a GPU, else the CPU), cpu, cuda, cuda:N "
                             "or mps (default: auto)")  # fmt: skip
@@ -161,7 +165,8 @@ def _run_train(args: argparse.Namespace) -> int:
     )
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.lr, max_steps=args.max_steps, device=args.device, dtype=args.dtype,
+        learning_rate=args.lr, max_steps=args.max_steps, max_length=args.max_length, device=args.device,
+        dtype=args.dtype,
         scratch=ScratchModelConfig() if args.split is None else ScratchModelConfig(split=args.split),
     )  # fmt: skip
 

@@ -205,6 +205,13 @@ class SimTrainConfig:
             )
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
             raise ConfigError("SimTrainConfig.micro_batch_tokens must be >= 1 (or None: batches fed whole)")
+        if self.max_length < 1:
+            raise ConfigError(f"SimTrainConfig.max_length must be >= 1, got {self.max_length}")
+        if self.base == "scratch" and self.max_length > self.scratch.max_positions:
+            raise ConfigError(
+                f"SimTrainConfig.max_length ({self.max_length}) is past the scratch model's "
+                f"{self.scratch.max_positions} positions: raise ScratchModelConfig.max_positions or lower it"
+            )
         if self.loop not in ("plain", "trl"):
             raise ConfigError(f"SimTrainConfig.loop must be 'plain' or 'trl', not {self.loop!r}")
         check_device(self.device, "SimTrainConfig.device", trl=self.loop == "trl")
