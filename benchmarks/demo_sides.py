@@ -101,11 +101,27 @@ def main() -> int:
             baseline = f"every group real, mean over {args.draws} draws"
             spread = max(gains) - min(gains)
             emitted.append(report.emit(figure, statistics.mean(gains), "successes", baseline, statistics.mean(real),
-                                       arm=name, gains=gains, real_gains=real, spread=spread))  # fmt: skip
+                                       arm=name, gains=gains, real_gains=real, spread=spread,
+                                       tasks=_task_means(rows, name, args.draws)))  # fmt: skip
     if args.commit_results:
         result = {**run, "from": str(args.kept), "draws": args.draws, "rows": emitted}
         (ROOT / "benchmarks" / "results" / "demo_sides.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def _task_means(rows: dict[tuple[str, int], dict[str, Any]], arm: str, draws: int) -> dict[str, dict[str, Any]]:
+    """Per task, the arm's mean held-out gain over the draws beside the real arm's, and their ratio."""
+    means: dict[str, dict[str, Any]] = {}
+    for task in rows["real", 0]["tasks_before_after_of"]:
+        gains = {side: [rows[side, d]["tasks_before_after_of"][task] for d in range(draws) if (side, d) in rows]
+                 for side in (arm, "real")}  # fmt: skip
+        mean = {side: statistics.mean(after - before for before, after, _ in got) for side, got in gains.items()}
+        means[task] = {
+            "gain": round(mean[arm], 2),
+            "real_gain": round(mean["real"], 2),
+            "ratio": round(mean[arm] / mean["real"], 4) if mean["real"] else None,
+        }
+    return means
 
 
 def _run_arm(args: argparse.Namespace, kept: dict[str, Any], arm: str, out: Path, *, seed: int) -> dict[str, Any]:
