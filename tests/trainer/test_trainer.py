@@ -457,7 +457,8 @@ def test_the_trust_gate_plays_real_what_the_simulator_has_not_earned(
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["gated_groups"] == state.gated_groups
     assert lines[-1]["sim_trust/toy/form"] == (1.0 if synthetic_groups else 0.0)  # what the gate compared
-    assert lines[-1]["sim_trust_steps/toy/form"] == len(real)  # over how many steps: each real episode's Submit
+    ended = [e for e in real if e.terminated or e.total_reward]  # a deciding step each: the Submit
+    assert lines[-1]["sim_trust_steps/toy/form"] == len(ended)  # over how many steps the reading is
 
 
 def test_the_trust_gate_needs_mixed_mode_and_a_sane_window() -> None:
