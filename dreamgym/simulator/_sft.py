@@ -209,8 +209,8 @@ class SimTrainConfig:
             raise ConfigError(f"SimTrainConfig.max_length must be >= 1, got {self.max_length}")
         if self.base == "scratch" and self.max_length > self.scratch.max_positions:
             raise ConfigError(
-                f"SimTrainConfig.max_length ({self.max_length}) is past the scratch model's "
-                f"{self.scratch.max_positions} positions: raise ScratchModelConfig.max_positions or lower it"
+                f"SimTrainConfig.max_length must be at most the scratch model's {self.scratch.max_positions} "
+                f"positions, got {self.max_length}: raise ScratchModelConfig.max_positions or lower it"
             )
         if self.loop not in ("plain", "trl"):
             raise ConfigError(f"SimTrainConfig.loop must be 'plain' or 'trl', not {self.loop!r}")
