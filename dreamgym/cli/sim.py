@@ -55,6 +55,9 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--past-actions", action="store_true",
                        help="name every earlier action of the episode before the action (what a step's end may "
                             "depend on beyond the --history steps)")  # fmt: skip
+    train.add_argument("--target-line", action="store_true",
+                       help="repeat the page's line of the element the action targets after the action (the line "
+                            "a diff usually starts with, next to the answer)")  # fmt: skip
     train.add_argument("--split", choices=("punctuation", "whitespace"), default=None,
                        help="how the scratch model's tokenizer cuts text before its merges: punctuation (GPT-2's "
                             "rule, the default) or whitespace (each run of non-space characters whole: fewer "
@@ -162,6 +165,7 @@ def _run_train(args: argparse.Namespace) -> int:
         reasoning=teacher is not None,
         output=args.output,
         past_actions=args.past_actions,
+        target_line=args.target_line,
     )
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,

@@ -268,23 +268,27 @@ async def train_on_store(
     recipe: Mapping[str, object],
     replaced: Path | None = None,
     judge: bool = True,
+    template: TemplateConfig = DEFAULT_TEMPLATE,
+    exclude_episodes: Sequence[str] = (),
 ) -> Path:
-    """Train an experience model on the store's real transitions with the default template, into ``target``.
+    """Train an experience model on the store's real transitions with ``template`` (the default's), into ``target``.
 
     The store's pending transitions are embedded first (retrieval gives each
     example its neighbours); examples of the ``held_out`` (task, seed) pairs
-    are left out, as their neighbours are; no-op steps are sampled down
+    and of ``exclude_episodes`` are left out, as their neighbours are; no-op steps are sampled down
     (:func:`balance`). With ``judge``, an outcome judge (:class:`~dreamgym.simulator.OutcomeJudge`) is fit on
     the same real steps and saved with the model, so the model's rewards and ends are the judge's. The model is written
     beside ``target`` and renamed onto it when complete, so a run cut short leaves no half model there; a model
     already at ``target`` is deleted then, or moved to ``replaced`` when that is given.
     """
     await store.flush()
-    examples = balance(await build_sft_examples(store, DEFAULT_TEMPLATE, exclude_task_seeds=held_out))
+    examples = balance(
+        await build_sft_examples(store, template, exclude_task_seeds=held_out, exclude_episodes=exclude_episodes)
+    )
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     await anyio.to_thread.run_sync(
-        lambda: train_experience_model(examples, partial, config, template=DEFAULT_TEMPLATE, extra_metadata=recipe)
+        lambda: train_experience_model(examples, partial, config, template=template, extra_metadata=recipe)
     )
     if judge:
         (await fit_store_judge(store, exclude_task_seeds=held_out)).save(partial)

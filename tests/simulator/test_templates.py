@@ -96,6 +96,29 @@ def test_past_actions_name_every_earlier_action_beyond_the_history_window_under_
     assert TemplateConfig(history=1, instructions=False, past_actions=True).template_id.endswith(":bare:acts")
 
 
+def test_the_target_line_repeats_the_page_line_of_the_actions_element_after_the_action() -> None:
+    config = TemplateConfig(history=1, neighbours=2, past_actions=True, target_line=True)
+    assert config.template_id == "experience/v1:h1:k2:direct:diff:acts:tgt"
+    assert user_text(config).splitlines()[-3:] == [
+        "Actions so far: type [e2] [Ana] [0]",
+        'Action: click [e3] "Submit"',
+        'Target: [e3] button "Submit"',
+    ]
+    nested = Observation(state='[e1] form\n  [e2] checkbox "kp6"\n  [e12] checkbox "kp"', goal="Select kp.")
+    lines = [
+        user_text(config, query(observation=nested, action=parse_action(text))).splitlines()[-1]
+        for text in ("click [e12]", "click [e2]", "click [e9]", "scroll [down]", "type [e2] [kp] [0]")
+    ]
+    assert lines == [
+        'Target:   [e12] checkbox "kp"',  # the page's line as written, indent and all, not [e1]'s prefix match
+        'Target:   [e2] checkbox "kp6"',
+        "Target: (not on the page)",
+        "Target: (none)",
+        'Target:   [e2] checkbox "kp6"',
+    ]
+    assert "Target:" not in user_text(TemplateConfig(history=1, past_actions=True))
+
+
 def test_a_long_episode_names_its_latest_actions_and_counts_the_rest() -> None:
     steps = [step for n in range(MAX_PAST_ACTIONS) for step in toy_form.episode(n, "Bo")]
     line = user_text(TemplateConfig(past_actions=True), query(history=history_of(steps))).splitlines()[-2]
