@@ -1,6 +1,6 @@
 """Does a change to the demo-size experience model's recipe pay open loop? Each recipe built twice, the spread beside.
 
-    python benchmarks/demo_sim_builds.py --from .cache/demo [--recipe demo --recipe target-line] [--builds 2]
+    python benchmarks/demo_sim_builds.py --from .cache/demo [--recipe demo --recipe target-line ...] [--builds 2]
         [--out DIR] [--episodes DIR] [--seeds 2000-2029] [--commit-results [--name NAME]]
 
 Each ``--recipe`` is trained ``--builds`` times (training seeds 0, 1, ...) as
@@ -26,7 +26,9 @@ Recipes:
 
 - ``demo``: today's (``dreamgym.jobs.sim_default.DEFAULT_TEMPLATE``);
 - ``target-line``: the same, the action's target element's page line repeated
-  after the action (``TemplateConfig.target_line``).
+  after the action (``TemplateConfig.target_line``);
+- ``epochs-3``: three epochs in place of the demo's ``sim_epochs`` (2);
+- ``layers-3``: a third layer on the demo-size model (``dreamgym.jobs._demo_settings.DEMO_SIM_SIZE``).
 
 Builds already in ``--out`` (same recipe, seed and kept demo) are reused.
 ``--commit-results`` writes ``benchmarks/results/NAME.json`` (default
@@ -54,16 +56,26 @@ SCRIPTED = ("miniwob-demonstrator", "near-miss-demonstrator", "random-explorer")
 """The policies of a demo's seed set (phase 1); a trained policy's episodes carry its own id."""
 
 
-def _demo(template: Any) -> Any:
-    return template
+def _demo(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, config
 
 
-def _target_line(template: Any) -> Any:
-    return dataclasses.replace(template, target_line=True)
+def _target_line(template: Any, config: Any) -> tuple[Any, Any]:
+    return dataclasses.replace(template, target_line=True), config
 
 
-RECIPES: dict[str, Callable[[Any], Any]] = {"demo": _demo, "target-line": _target_line}
-"""Each recipe's template, from the demo's."""
+def _epochs_3(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, epochs=3.0)
+
+
+def _layers_3(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, layers=3))
+
+
+RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
+    "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3,
+}  # fmt: skip
+"""Each recipe's template and training, from the demo's."""
 FIGURES = (
     ("first answers applied, nothing overruled", "first_answer_clean_share"),
     ("real wins paid open loop", "wins_share_paid_open_loop"),
@@ -76,7 +88,7 @@ def main() -> int:
     parser.add_argument("--from", dest="kept", type=Path, default=ROOT / ".cache" / "demo", help="a finished demo")
     parser.add_argument("--recipe", action="append", choices=tuple(RECIPES),
                         help="a recipe to build; repeatable; the first is the baseline "
-                             "(default: demo, target-line)")  # fmt: skip
+                             "(default: every recipe)")  # fmt: skip
     parser.add_argument("--builds", type=int, default=2, help="builds per recipe (training seeds 0, 1, ...)")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "demo_sim_builds",
                         help="where the builds are written (and reused)")  # fmt: skip
@@ -147,10 +159,13 @@ async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
     settings = olo._settings(kept)
     recorded = json.loads((kept / "report.json").read_text())
     kept_settings = recorded["settings"]
-    template = RECIPES[recipe](DEFAULT_TEMPLATE)
+    demo = DemoSettings(out=kept, tasks=settings.tasks, max_steps=settings.max_steps,
+                        sim_epochs=float(kept_settings["sim_epochs"]),
+                        sim_outcome_weight=float(kept_settings["sim_outcome_weight"]))  # fmt: skip
+    template, config = RECIPES[recipe](DEFAULT_TEMPLATE, dataclasses.replace(demo_sim_training(demo), seed=seed))
     target = out / f"{recipe}-seed{seed}"
-    wanted = {"kept": str(kept.resolve()), "recipe": recipe, "seed": seed, "template_id": template.template_id}
     stamp = target / "build.json"
+    wanted = {"kept": str(kept.resolve()), "recipe": recipe, "seed": seed, "template_id": template.template_id}
     if stamp.exists() and json.loads(stamp.read_text()) == wanted:
         print(f"reusing the build at {target}", file=sys.stderr)
         return target
@@ -160,10 +175,6 @@ async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         shutil.copytree(settings.store_dir, store_copy.with_name("store.partial"), dirs_exist_ok=True)
         store_copy.with_name("store.partial").rename(store_copy)
-    demo = DemoSettings(out=kept, tasks=settings.tasks, max_steps=settings.max_steps,
-                        sim_epochs=float(kept_settings["sim_epochs"]),
-                        sim_outcome_weight=float(kept_settings["sim_outcome_weight"]))  # fmt: skip
-    config = dataclasses.replace(demo_sim_training(demo), seed=seed)
     async with LmdbReplayStore(store_copy, embedder=settings.embedder) as store:
         episodes = await real_episodes(store)
         later = tuple(episode[0].episode_id for episode in episodes if episode[0].policy_id not in SCRIPTED)
