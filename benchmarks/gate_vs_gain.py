@@ -1,13 +1,15 @@
 """Does the trust gate admit the simulator where synthetic training helps, and keep it out where it hurts? Per task.
 
-    python benchmarks/gate_vs_gain.py --from DEMO --synthetic ARM [--real ARM] [--seeds 2000-2029]
-        [--episodes DIR] [--commit-results]
+    python benchmarks/gate_vs_gain.py --from DEMO --synthetic ARM [--synthetic ARM ...] [--real ARM ...]
+        [--seeds 2000-2029] [--episodes DIR] [--commit-results [--name NAME]]
 
 ``--from`` is a finished ``dreamgym demo`` (any ``--tasks``), ``--synthetic``
 the same demo rerun with every group synthetic from its warm start and
 experience model (``benchmarks/demo_sides.py --from DEMO --arm synthetic``
 leaves it at ``OUT/synthetic``); ``--real``, where given, the same with every
-group real (the gain the synthetic one is set beside).
+group real (the gain the synthetic one is set beside). Both repeat, one per
+draw (``demo_sides.py --draws N`` leaves draw ``d`` at ``OUT/synthetic-d``):
+a task's gain is then the mean over the draws, each draw's beside it.
 
 Per task, two figures, each measured apart from the other:
 
@@ -24,13 +26,14 @@ Per task, two figures, each measured apart from the other:
   admits the task where the reading reaches it.
 - **What synthetic-only training did to the task**: the held-out successes of
   the synthetic run before and after training (the demo's held-out pairs,
-  the same warm start), and the same for the real run where given.
+  the same warm start), and the same for the real run where given; over
+  several draws, the mean gain decides the verdict (helped, hurt, no change).
 
 Prints one JSON line per task (the gain of the synthetic run, beside the real
 run's where given) and a summary: how many admitted tasks gained and how many
 kept-out tasks lost or stood still. ``--commit-results`` writes
-``benchmarks/results/gate_vs_gain.json`` with the date, the commit and the
-command.
+``benchmarks/results/NAME.json`` (default ``gate_vs_gain``) with the date, the
+commit and the command.
 """
 
 from __future__ import annotations
@@ -52,12 +55,15 @@ VALIDATION = range(2000, 2200)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="kept", type=Path, required=True, help="a finished demo's out")
-    parser.add_argument("--synthetic", type=Path, required=True, help="its rerun with every group synthetic")
-    parser.add_argument("--real", type=Path, help="its rerun with every group real")
+    parser.add_argument("--synthetic", type=Path, action="append", required=True,
+                        help="its rerun with every group synthetic; repeatable, one per draw")  # fmt: skip
+    parser.add_argument("--real", type=Path, action="append", default=[],
+                        help="its rerun with every group real; repeatable, one per draw")  # fmt: skip
     parser.add_argument("--seeds", default="2000-2029", help="validation seeds (within 2000-2199)")
     parser.add_argument("--trust", type=float, help="the gate's threshold (default: the demo's sim_trust)")
     parser.add_argument("--episodes", type=Path, default=ROOT / ".cache" / "bench" / "gate_vs_gain")
-    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/gate_vs_gain.json")
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/NAME.json")
+    parser.add_argument("--name", default="gate_vs_gain", help="the results file's name, without .json")
     args = parser.parse_args()
     low, _, high = args.seeds.partition("-")
     seeds = list(range(int(low), int(high or low) + 1))
@@ -67,23 +73,27 @@ def main() -> int:
     kept = json.loads((args.kept / "report.json").read_text())
     trust = args.trust if args.trust is not None else float(kept["settings"].get("sim_trust") or 0.9)
     readings = anyio.run(_readings, args.kept, kept["settings"], seeds, args.episodes)
-    synthetic = _tasks(args.synthetic)
-    real = _tasks(args.real) if args.real is not None else {}
+    synthetic = [_tasks(out) for out in args.synthetic]
+    real = [_tasks(out) for out in args.real]
     rows, tally = [], Counter()
     for task, (deciding, right) in readings.items():
         reading = right / deciding if deciding else 0.0
         admitted = deciding > 0 and reading >= trust
-        before, after, episodes = synthetic.get(task, (0, 0, 0))
-        gain = after - before
-        real_gain = real[task][1] - real[task][0] if task in real else None
-        verdict = ("helped" if gain > 0 else "hurt" if gain < 0 else "no change") if episodes else "not trained"
+        draws = [draw.get(task, (0, 0, 0)) for draw in synthetic]
+        gains = [after - before for before, after, _ in draws]
+        gain = sum(gains) / len(gains)
+        real_gains = [draw[task][1] - draw[task][0] for draw in real if task in draw]
+        real_gain = sum(real_gains) / len(real_gains) if real_gains else None
+        trained = all(episodes for _, _, episodes in draws)
+        verdict = ("helped" if gain > 0 else "hurt" if gain < 0 else "no change") if trained else "not trained"
         tally[f"{'admitted' if admitted else 'kept out'}, {verdict}"] += 1
         rows.append(report.emit(
-            f"synthetic-only held-out gain ({task})", gain, "successes", "every group real",
-            real_gain if real_gain is not None else 0.0,
+            f"synthetic-only held-out gain ({task}{f'; mean of {len(gains)} draws' if len(gains) > 1 else ''})",
+            gain, "successes", "every group real", real_gain if real_gain is not None else 0.0,
             task=task, reading=round(reading, 4), deciding_steps=deciding, deciding_right=right, trust=trust,
-            admitted=admitted, synthetic_before_after_of=[before, after, episodes], verdict=verdict,
-            real_before_after_of=list(real[task]) if task in real else None,
+            admitted=admitted, synthetic_before_after_of=_one_or_all([list(draw) for draw in draws]),
+            synthetic_gains=gains, real_gains=real_gains, verdict=verdict,
+            real_before_after_of=_one_or_all([list(draw[task]) for draw in real if task in draw]),
             in_run_reading=kept.get("training", {}).get("metrics", {}).get(f"train/sim_trust/{task}"),
             in_run_steps=kept.get("training", {}).get("metrics", {}).get(f"train/sim_trust_steps/{task}"),
         ))  # fmt: skip
@@ -91,8 +101,14 @@ def main() -> int:
     print(json.dumps(summary), flush=True)
     if args.commit_results:
         result = {**run, "from": str(args.kept), "rows": rows, "summary": summary}
-        (ROOT / "benchmarks" / "results" / "gate_vs_gain.json").write_text(json.dumps(result, indent=1) + "\n")
+        (ROOT / "benchmarks" / "results" / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def _one_or_all(draws: list[list[int]]) -> list[int] | list[list[int]] | None:
+    """A draw's (before, after, episodes), or every draw's where there are several (a single run's file reads as
+    it did before draws)."""
+    return None if not draws else draws[0] if len(draws) == 1 else draws
 
 
 def _tasks(out: Path) -> dict[str, tuple[int, int, int]]:
