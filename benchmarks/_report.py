@@ -55,9 +55,17 @@ def provenance() -> dict[str, Any]:
 
 
 def settings(args: Any, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A run's parsed arguments as its results file records them (paths as text), but ``leave_out``."""
-    return {key: str(value) if isinstance(value, Path) else value
-            for key, value in vars(args).items() if key not in leave_out}  # fmt: skip
+    """A run's parsed arguments as its results file records them (paths as text, lists of paths too), but
+    ``leave_out``."""
+    return {key: _as_text(value) for key, value in vars(args).items() if key not in leave_out}
+
+
+def _as_text(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list):
+        return [_as_text(item) for item in value]
+    return value
 
 
 def _script(path: Path) -> str:
