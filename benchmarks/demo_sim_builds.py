@@ -28,7 +28,9 @@ Recipes:
 - ``target-line``: the same, the action's target element's page line repeated
   after the action (``TemplateConfig.target_line``);
 - ``epochs-3``: three epochs in place of the demo's ``sim_epochs`` (2);
-- ``layers-3``: a third layer on the demo-size model (``dreamgym.jobs._demo_settings.DEMO_SIM_SIZE``).
+- ``layers-3``: a third layer on the demo-size model (``dreamgym.jobs._demo_settings.DEMO_SIM_SIZE``);
+- ``words``: its tokenizer keeps each run of non-space characters whole (``ScratchModelConfig.split="whitespace"``,
+  the offline default's: an element id such as ``[e5]`` is one pre-token, not four).
 
 Builds already in ``--out`` (same recipe, seed and kept demo) are reused.
 ``--commit-results`` writes ``benchmarks/results/NAME.json`` (default
@@ -72,8 +74,12 @@ def _layers_3(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, layers=3))
 
 
+def _words(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, split="whitespace"))
+
+
 RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
-    "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3,
+    "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "words": _words,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
 FIGURES = (
