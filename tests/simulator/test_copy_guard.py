@@ -132,6 +132,30 @@ def test_an_added_line_of_an_element_the_page_has_keeps_its_role_and_name(tiny_s
     assert new is not None and not new[1] and '"' not in {guard.texts[t] for t in new[0]}
 
 
+def test_a_token_that_closes_an_added_lines_id_closes_it_only_as_an_id_the_line_may_take() -> None:
+    """Where a tokenizer keeps runs of non-space characters whole, ``[e5]`` or ``5]`` is one token: the id is
+    written and closed at once. A build of the demo's model with such a tokenizer replaced a removed ``[e3]
+    textbox`` with an added ``[e5] textbox`` beside the page's own e5 (two e5 on its page) and paid none of those
+    login-user wins; the id check must hold for such tokens as for ``]`` alone."""
+    tokens = ["[e2]", "[e3]", "[e5]", "[e9]", "[e", "2]", "3]", "5]", "9]", "3] checkbox", "3] textbox", "]", " "]
+    guard = CopyGuard([*"- +\n<>/a", *tokens])
+    removed = '<diff>\n-   [e3] checkbox "Coffee" [checked]\n+   '
+    assert left_here(guard, removed, tokens) == {"[e3]", "[e9]", "[e", " "}  # e2 and e5 stay on the page
+    # e3 as a checkbox only; "[e]" is a new element's id as the state format reads ids
+    assert left_here(guard, removed + "[e", tokens) == {"3]", "9]", "3] checkbox", "]"}
+    assert "]" not in left_here(guard, removed + "[e5", tokens)  # e5 is the page's, not removed
+    assert {"2]", "9]"} <= left_here(guard, removed + "[e5", tokens)  # [e52] and [e59] are new
+    again = removed + '[e9] radio "x"\n+ '
+    assert "[e9]" not in left_here(guard, again, tokens) and "[e3]" in left_here(guard, again, tokens)
+
+
+def left_here(guard: CopyGuard, answer: str, tokens: list[str]) -> set[str]:
+    """Which of ``tokens`` the guard leaves after ``answer`` on :data:`PAGE`."""
+    constraint = guard.constraint(answer, PAGE)
+    left = left_texts(guard, constraint) if constraint is not None else set(guard.texts)
+    return left & set(tokens)
+
+
 def added_line(guard: CopyGuard | None, texts: list[str], rng: random.Random, start: str) -> str:
     """An adversary's added line after ``start``: random tokens from whatever the guard leaves, to its end."""
     answer = "<diff>\n" + start

@@ -64,11 +64,11 @@ _PROBE = '<diff>\n-   [e12] checkbox "Bob" [checked]\n+ [e3] textbox "Name: x"\n
 """Text whose tokens must decode alone as they do in a row for the guard to work."""
 _HEAD = re.compile(r'^\s*\[(e\d+)\] ([^\s":\[]+(?: "(?:[^"\\]|\\.)*")?)')
 """A page line's element id and its head: the role and the name (what an addition of that id must keep)."""
-_OPEN_ID = re.compile(r"^\s*\[(e\d+)$")
 _CHOSEN = re.compile(r"^\s*\[[^\]\s]+\]")
 """A copied line past its element id: which page line it copies is chosen."""
 _COPY_PREFIXES = ("- ", "  ")
 _ADDED_ID = re.compile(r"^\s*\[(e\d+)")
+_CLOSED_ID = re.compile(r"^\s*\[(e\d+)\]")
 _ID_CHARS = frozenset(string.ascii_letters + string.digits + "_.:-")
 _ROLE_FIRST = frozenset(string.ascii_letters)
 _ROLE_CHARS = _ROLE_FIRST | frozenset(string.digits + "_-")
@@ -204,6 +204,7 @@ class CopyGuard:
                 self._by_first.setdefault(text[0], []).append(token)
         self._longest = max((len(text) for text in self._by_text), default=1)
         self._closers = [t for t, text in enumerate(self.texts) if text[:1] == "]"]
+        self._bracketed = [t for t, text in enumerate(self.texts) if "]" in text]
         self._grammar: dict[State, frozenset[int]] = {}
 
     @classmethod
@@ -445,23 +446,42 @@ def _ids(done: list[str]) -> tuple[set[str], set[str]]:
     return removed, added
 
 
+def _closing_taken(
+    done: str, heads: dict[str, tuple[str, tuple[str, ...]]], removed: set[str], added: set[str], guard: CopyGuard
+) -> set[int]:
+    """The tokens that would close the added line's id (begun in ``done`` or not) as one it may not take (an
+    element the page keeps, not removed by the diff, or one the diff added already), or as a removed element's
+    id followed by anything but its head (``] checkbox "Coffee"``, or the start of it)."""
+    taken = set()
+    for token in guard._bracketed:
+        line = done + guard.texts[token]
+        match = _CLOSED_ID.match(line)
+        if match is None or match.end() <= len(done):
+            continue
+        element = match.group(1)
+        if element in added or (element in heads and element not in removed):
+            taken.add(token)
+        elif element in heads:
+            rest, needed = line[match.end() - 1 :], "] " + heads[element][0]
+            past = rest[len(needed) : len(needed) + 1]
+            if not (needed.startswith(rest) or (rest.startswith(needed) and past in (" ", ":", "\n"))):
+                taken.add(token)
+    return taken
+
+
 def _addition(
     done: str, heads: dict[str, tuple[str, tuple[str, ...]]], ids: tuple[set[str], set[str]], guard: CopyGuard
 ) -> tuple[list[int], bool] | None:
     """An added line of an element the page has replaces that element's removed line, once, and keeps its role
     and name (its state props, value and position may change): ``+ [e3] radio "Nb" [checked]`` for the page's
     ``[e3] radio "Nb"``, never ``[e3] radio "ztzy"``, nor a second ``[e3]`` beside a line the page keeps. A new
-    element's id comes once; its line is free but for the grammar."""
+    element's id comes once; its line is free but for the grammar. A token may close the id too (``[e5]`` or
+    ``5]`` is one token where the tokenizer keeps a run of non-space characters whole): none may close it as
+    an id the line may not take."""
     removed, added = ids
-    opening = _OPEN_ID.match(done)
-    if opening is not None:  # the id may be complete here
-        element = opening.group(1)
-        if element in added or (element in heads and element not in removed):
-            return guard._closers, False  # not this id: it is on the page already, or added already
-        if element not in heads:
-            return None
-        allowed = set(guard._starting("] " + heads[element][0]))
-        return [token for token in guard._closers if token not in allowed], False
+    if _CHOSEN.match(done) is None:  # the id is not closed yet
+        taken = _closing_taken(done, heads, removed, added, guard)
+        return (sorted(taken), False) if taken else None
     match = _ADDED_ID.match(done)
     if match is None or match.group(1) not in heads:
         return None
