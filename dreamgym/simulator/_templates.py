@@ -118,7 +118,7 @@ class TemplateConfig:
     checkbox "kp6"``, the line as the page writes it; ``(none)`` for an action that names no element, ``(not on
     the page)`` for an id the page lacks; the id gains ``:tgt``). A diff's first line is usually that line: the
     demo-size model (two layers) often wrote the first check control's line whatever the action's id was
-    (13 of 120 validation steps of click-checkboxes and click-option); next to the answer, the line is there to
+    (13 of 120 validation steps of the demo's two check-control tasks); next to the answer, the line is there to
     be copied. Measured, it did not help: built twice on the first run's seed set, the demo-size model's first
     answers that applied with nothing overruled were 0.84 and 0.95 of 1,890 open loop, against 0.92 and 0.96
     without the line, with more malformed answers (114 and 75 against 1 and 18;
