@@ -157,17 +157,14 @@ def _summary(per_build: dict[str, list[dict[str, dict[str, Any]]]], recipes: lis
 
 async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
     """One build of ``recipe`` with training seed ``seed`` on the kept demo's seed set, reused where done."""
-    from dreamgym.jobs._demo_settings import DemoSettings, demo_sim_training, held_out_pairs
+    from dreamgym.jobs._demo_settings import demo_sim_training, held_out_pairs
     from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, train_on_store
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import JUDGE_FILE, real_episodes
 
-    settings = olo._settings(kept)
     recorded = json.loads((kept / "report.json").read_text())
-    kept_settings = recorded["settings"]
-    demo = DemoSettings(out=kept, tasks=settings.tasks, max_steps=settings.max_steps,
-                        sim_epochs=float(kept_settings["sim_epochs"]),
-                        sim_outcome_weight=float(kept_settings["sim_outcome_weight"]))  # fmt: skip
+    demo = dataclasses.replace(olo._settings(kept), sim_epochs=float(recorded["settings"]["sim_epochs"]),
+                               sim_outcome_weight=float(recorded["settings"]["sim_outcome_weight"]))  # fmt: skip
     template, config = RECIPES[recipe](DEFAULT_TEMPLATE, dataclasses.replace(demo_sim_training(demo), seed=seed))
     target = out / f"{recipe}-seed{seed}"
     stamp = target / "build.json"
@@ -179,9 +176,9 @@ async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
     store_copy = out / "store"
     if not store_copy.exists():
         out.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(settings.store_dir, store_copy.with_name("store.partial"), dirs_exist_ok=True)
+        shutil.copytree(demo.store_dir, store_copy.with_name("store.partial"), dirs_exist_ok=True)
         store_copy.with_name("store.partial").rename(store_copy)
-    async with LmdbReplayStore(store_copy, embedder=settings.embedder) as store:
+    async with LmdbReplayStore(store_copy, embedder=demo.embedder) as store:
         episodes = await real_episodes(store)
         later = tuple(episode[0].episode_id for episode in episodes if episode[0].policy_id not in SCRIPTED)
         seed_set = len(episodes) - len(later)

@@ -291,7 +291,8 @@ async def train_on_store(
         lambda: train_experience_model(examples, partial, config, template=template, extra_metadata=recipe)
     )
     if judge:
-        (await fit_store_judge(store, exclude_task_seeds=held_out)).save(partial)
+        judged = await fit_store_judge(store, exclude_task_seeds=held_out, exclude_episodes=exclude_episodes)
+        judged.save(partial)
     if replaced is not None and target.exists():
         shutil.rmtree(replaced, ignore_errors=True)
         target.rename(replaced)

@@ -347,21 +347,26 @@ def fit_judge(
 
 
 async def fit_store_judge(
-    store: ReplayStore, *, exclude_task_seeds: Sequence[tuple[str, int | None]] = ()
+    store: ReplayStore,
+    *,
+    exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    exclude_episodes: Sequence[str] = (),
 ) -> OutcomeJudge:
     """:func:`fit_judge` on every real step of ``store`` outside the held-out (task, seed) pairs (``None`` seed:
-    every seed of the task), in a worker thread.
+    every seed of the task) and the ``exclude_episodes``, in a worker thread.
 
     Raises:
         ConfigError: The store holds no real step to learn from, or cannot list its steps.
     """
     from dreamgym.simulator._sft import real_episodes
 
-    held = set(exclude_task_seeds)
+    held, left_out = set(exclude_task_seeds), set(exclude_episodes)
     steps = [
         step
         for episode in await real_episodes(store)
         for step in episode
-        if (step.task_id, step.seed) not in held and (step.task_id, None) not in held
+        if (step.task_id, step.seed) not in held
+        and (step.task_id, None) not in held
+        and step.episode_id not in left_out
     ]
     return await anyio.to_thread.run_sync(fit_judge, steps)

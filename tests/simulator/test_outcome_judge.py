@@ -209,8 +209,13 @@ async def test_a_store_judge_leaves_the_held_out_pairs_out(tmp_path: Path) -> No
         await store.flush()
         everything = await fit_store_judge(store)
         held_out = await fit_store_judge(store, exclude_task_seeds=[(f"{SITE}/signup", 5), (f"{SITE}/signup", 4)])
+        steps = await store.get_steps(await store.task_seqs(f"{SITE}/signup", source="real"))
+        one_episode = steps[0].episode_id
+        without_one = await fit_store_judge(store, exclude_episodes=[one_episode])
     assert everything.trained_on == 36
     assert held_out.trained_on == 24
+    dropped = sum(step.episode_id == one_episode for step in steps)
+    assert dropped > 0 and without_one.trained_on == 36 - dropped
 
 
 async def test_an_experience_model_with_a_judge_takes_the_judges_reward_and_end_and_names_it() -> None:

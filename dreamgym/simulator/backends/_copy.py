@@ -203,7 +203,6 @@ class CopyGuard:
                 self._by_text.setdefault(text, []).append(token)
                 self._by_first.setdefault(text[0], []).append(token)
         self._longest = max((len(text) for text in self._by_text), default=1)
-        self._closers = [t for t, text in enumerate(self.texts) if text[:1] == "]"]
         self._bracketed = [t for t, text in enumerate(self.texts) if "]" in text]
         self._grammar: dict[State, frozenset[int]] = {}
 
