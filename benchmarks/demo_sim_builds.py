@@ -30,7 +30,9 @@ Recipes:
 - ``epochs-3``: three epochs in place of the demo's ``sim_epochs`` (2);
 - ``layers-3``: a third layer on the demo-size model (``dreamgym.jobs._demo_settings.DEMO_SIM_SIZE``);
 - ``words``: its tokenizer keeps each run of non-space characters whole (``ScratchModelConfig.split="whitespace"``,
-  the offline default's: an element id such as ``[e5]`` is one pre-token, not four).
+  the offline default's: an element id such as ``[e5]`` is one pre-token, not four);
+- ``relabel``: half the examples trained with their element ids permuted
+  (``SimTrainConfig.relabel_ids=0.5``).
 
 Builds already in ``--out`` (same recipe, seed and kept demo) are reused.
 ``--commit-results`` writes ``benchmarks/results/NAME.json`` (default
@@ -78,8 +80,13 @@ def _words(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, split="whitespace"))
 
 
+def _relabel(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, relabel_ids=0.5)
+
+
 RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
     "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "words": _words,
+    "relabel": _relabel,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
 FIGURES = (

@@ -42,6 +42,7 @@ from dreamgym.core.state import diff_states
 from dreamgym.core.types import Step, Task, decode_record
 from dreamgym.replay.embedders import transition_text
 from dreamgym.simulator._loop import MICRO_BATCH_TOKENS
+from dreamgym.simulator._relabel import relabel_examples
 from dreamgym.simulator._retrieval import embed_queries
 from dreamgym.simulator._templates import TemplateConfig, answer_text
 
@@ -194,7 +195,15 @@ class SimTrainConfig:
     tens of tokens, and a wrong one is what a policy trained on the simulator learns from: a reward paid for a
     Submit on a form that does not match its goal."""
 
+    relabel_ids: float = 0.0
+    """The share of examples trained with their element ids permuted among their pages' own, the same permutation
+    in prompt and answer (:func:`~dreamgym.simulator._relabel.relabel_examples`): the ids are labels, and a small
+    model that learnt their habits writes its diff for the element the seed set clicked most, not the one the action
+    names. Drawn once per example with the training seed; the example count stays, so training costs the same."""
+
     def __post_init__(self) -> None:
+        if not 0.0 <= self.relabel_ids <= 1.0:
+            raise ConfigError(f"SimTrainConfig.relabel_ids must be in [0, 1], got {self.relabel_ids}")
         if self.epochs <= 0 or self.batch_size < 1:
             raise ConfigError("SimTrainConfig.epochs must be > 0 and batch_size >= 1")
         if self.outcome_weight <= 0:
@@ -438,6 +447,8 @@ def train_experience_model(
         raise ConfigError("no SFT examples: collect real transitions into the store first (dreamgym collect)")
     out = Path(out_dir).expanduser()
     started = time.time()
+    digest = examples_digest(examples)
+    examples = relabel_examples(examples, config.relabel_ids, seed=config.seed)
     model, tokenizer = _base_model(examples, config)
     weights = "auto" if config.dtype in ("bfloat16", "float16") else config.dtype  # mixed precision keeps them
     model = place_loaded(model, config.device, weights)
@@ -458,7 +469,7 @@ def train_experience_model(
         "template": asdict(template),
         "trained_with_reasoning": template.reasoning,
         "examples": kept,
-        "examples_digest": examples_digest(examples),
+        "examples_digest": digest,
         "dropped_too_long": dropped,
         "episodes": len({e.episode_id for e in examples}),
         "tasks": sorted({e.task_id for e in examples}),
