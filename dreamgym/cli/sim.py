@@ -58,6 +58,10 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--target-line", action="store_true",
                        help="repeat the page's line of the element the action targets after the action (the line "
                             "a diff usually starts with, next to the answer)")  # fmt: skip
+    train.add_argument("--relabel-ids", type=float, default=0.0, metavar="SHARE",
+                       help="train this share of the examples with their element ids permuted among their pages' "
+                            "own, prompt and answer alike, so the model reads which element the action names "
+                            "(default: 0)")  # fmt: skip
     train.add_argument("--split", choices=("punctuation", "whitespace"), default=None,
                        help="how the scratch model's tokenizer cuts text before its merges: punctuation (GPT-2's "
                             "rule, the default) or whitespace (each run of non-space characters whole: fewer "
@@ -170,7 +174,7 @@ def _run_train(args: argparse.Namespace) -> int:
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,
         learning_rate=args.lr, max_steps=args.max_steps, max_length=args.max_length, device=args.device,
-        dtype=args.dtype,
+        dtype=args.dtype, relabel_ids=args.relabel_ids,
         scratch=ScratchModelConfig() if args.split is None else ScratchModelConfig(split=args.split),
     )  # fmt: skip
 

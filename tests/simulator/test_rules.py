@@ -44,6 +44,21 @@ def test_typed_text_leaves_pages_where_it_does_not_apply(after: str, why: str) -
     assert typed_text_page(FORM, after, ("e3", "karrie", "1")) is None, why
 
 
+def test_typing_without_enter_writes_no_other_field() -> None:
+    # the model wrote the second field's change onto the first (cleared it) and left the typed one empty
+    written = FORM.replace('"Password": old', '"Password"').replace('"Username"', '"Username": karrie')
+    after = typed_text_page(FORM, written, ("e3", "s3cret", "0"))
+    assert after == FORM.replace('"Password": old', '"Password": s3cret')
+    # only the other field went wrong: the rule still puts it back
+    assert typed_text_page(FORM, FORM.replace('"Username"', '"Username": x'), ("e3", "old", "0")) == FORM
+
+
+def test_typing_with_enter_leaves_the_other_fields_as_predicted() -> None:
+    # Enter may submit the form, which can clear or fill its other fields: the model's page stands
+    written = FORM.replace('"Password": old', '"Password": s3cret').replace('"Username"', '"Username": karrie')
+    assert typed_text_page(FORM, written, ("e3", "s3cret", "1")) is None
+
+
 def test_typed_text_only_writes_text_entry_fields() -> None:
     assert typed_text_page(FORM, FORM, ("e4", "karrie", "0")) is None  # a button holds no typed text
 

@@ -33,14 +33,15 @@ def test_sim_train_then_eval_beside_the_baselines(tmp_path: Path) -> None:
     train, held = make_stores(tmp_path)
     out = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "model"), "--max-steps", "2",
                    "--hold-out", "toy/form:3", "--device", "cpu", "--dtype", "float32", "--past-actions",
-                   "--target-line", "--split", "whitespace", "--max-length", "1536").stdout  # fmt: skip
+                   "--target-line", "--split", "whitespace", "--max-length", "1536", "--relabel-ids", "0.5"
+                   ).stdout  # fmt: skip
     assert "on 12 examples" in out and "experience/v1:h1:k2:direct:diff:acts:tgt" in out
     meta = read_metadata(tmp_path / "model")
     assert meta["template"]["past_actions"] is True  # and eval, below, prompts with it (loaded from the metadata)
     assert meta["template"]["target_line"] is True
     assert meta["held_out"] == [["toy/form", 3]] and meta["trained_with_reasoning"] is False
     assert (meta["config"]["device"], meta["config"]["dtype"]) == ("cpu", "float32")
-    assert meta["config"]["max_length"] == 1536
+    assert meta["config"]["max_length"] == 1536 and meta["config"]["relabel_ids"] == 0.5
     assert meta["config"]["scratch"]["split"] == "whitespace"
     lines = dreamgym("sim", "eval", str(train), "--steps", str(held), "--model", str(tmp_path / "model"),
                      "--json").stdout.splitlines()  # fmt: skip
@@ -102,7 +103,8 @@ def test_sim_train_refuses_a_missing_base(tmp_path: Path) -> None:
     assert result.returncode == 1 and "local model directory" in result.stderr
     for flag, value, says in (("--device", "tpu", "'cuda:N' or 'mps', not 'tpu'"),
                               ("--dtype", "float8", "'bfloat16', 'float16', not 'float8'"),
-                              ("--max-length", "5000", "scratch model's 4096 positions, got 5000")):  # fmt: skip
+                              ("--max-length", "5000", "scratch model's 4096 positions, got 5000"),
+                              ("--relabel-ids", "2", "in [0, 1], got 2.0")):  # fmt: skip
         result = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "m"), flag, value, check=False)
         field = flag[2:].replace("-", "_")
         assert result.returncode == 1 and f"SimTrainConfig.{field} must be" in result.stderr, result.stderr
