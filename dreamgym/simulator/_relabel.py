@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["element_ids", "relabel_examples", "relabeled"]
 
-_LINE_ID = re.compile(rf"^(?:[-+ ] )?\s*\[(?P<id>{ID_PATTERN})\] {ROLE_PATTERN}", re.MULTILINE)
+_LINE_ID = re.compile(rf"^(?:[-+ ] )? *\[(?P<id>{ID_PATTERN})\] {ROLE_PATTERN}", re.MULTILINE)
 
 
 def element_ids(text: str) -> list[str]:

@@ -172,11 +172,21 @@ def typed_text_page(before: str, after: str, args: tuple[str, ...]) -> str | Non
 def _keeping_texts(element: Element, was: dict[str, tuple[str, str, str]]) -> Element:
     """``element``'s subtree with each text field of the page before (same id, role and name) holding the text it
     held there: typing into one field writes no other."""
-    if element.id in was and was[element.id][:2] == (element.role, element.name) and element.text != was[element.id][2]:
-        element = replace(element, text=was[element.id][2])
+
+    def keep(node: Element) -> Element:
+        if node.id in was and was[node.id][:2] == (node.role, node.name) and node.text != was[node.id][2]:
+            return replace(node, text=was[node.id][2])
+        return node
+
+    return _each(element, keep)
+
+
+def _each(element: Element, change: Callable[[Element], Element]) -> Element:
+    """``element``'s subtree with ``change`` applied to every element, the tree rebuilt only where it changed."""
+    element = change(element)
     if not element.children:
         return element
-    children = tuple(_keeping_texts(child, was) for child in element.children)
+    children = tuple(_each(child, change) for child in element.children)
     return element if children == element.children else replace(element, children=children)
 
 
@@ -256,13 +266,14 @@ def _line_id(line: str) -> str:
 def _keeping_checks(element: Element, was: dict[str, tuple[str, str, bool]]) -> Element:
     """``element``'s subtree with each check control of the page before (same id, role and name) checked as it was
     there: a click changes no check control but the one it clicks and, for a radio button, the ones beside it."""
-    if element.id in was and was[element.id][:2] == (element.role, element.name):
-        on = was[element.id][2]
-        element = _checked(element, on) if on != ("checked" in element.props) else element
-    if not element.children:
-        return element
-    children = tuple(_keeping_checks(child, was) for child in element.children)
-    return element if children == element.children else replace(element, children=children)
+
+    def keep(node: Element) -> Element:
+        if node.id in was and was[node.id][:2] == (node.role, node.name):
+            on = was[node.id][2]
+            return _checked(node, on) if on != ("checked" in node.props) else node
+        return node
+
+    return _each(element, keep)
 
 
 def _checked(element: Element, on: bool) -> Element:
@@ -315,15 +326,17 @@ def selected_option_page(before: str, after: str, args: tuple[str, ...]) -> str 
 
 def _selecting(element: Element, chosen: Element) -> Element:
     """``element``'s subtree with ``chosen`` (by identity) the only option marked selected."""
-    if element.role == "option":
-        props = tuple(p for p in element.props if p != "selected")
-        if element is chosen:
+
+    def select(node: Element) -> Element:
+        if node.role != "option":
+            return node
+        props = tuple(p for p in node.props if p != "selected")
+        if node is chosen:
             at = next((n for n, p in enumerate(props) if not p.startswith(_BEFORE_SELECTED)), len(props))
             props = (*props[:at], "selected", *props[at:])
-        element = replace(element, props=props) if props != element.props else element
-    if not element.children:
-        return element
-    return replace(element, children=tuple(_selecting(child, chosen) for child in element.children))
+        return replace(node, props=props) if props != node.props else node
+
+    return _each(element, select)
 
 
 def _page_with(page: State, new: Element) -> str:
