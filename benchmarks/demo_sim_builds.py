@@ -32,7 +32,9 @@ Recipes:
 - ``words``: its tokenizer keeps each run of non-space characters whole (``ScratchModelConfig.split="whitespace"``,
   the offline default's: an element id such as ``[e5]`` is one pre-token, not four);
 - ``relabel``: half the examples trained with their element ids permuted
-  (``SimTrainConfig.relabel_ids=0.5``).
+  (``SimTrainConfig.relabel_ids=0.5``);
+- ``wide``: the demo-size model one and a half times as wide (hidden size 192
+  for 128, feed-forward 576 for 384), about twice its parameters.
 
 Builds already in ``--out`` (same recipe, seed and kept demo) are reused.
 ``--commit-results`` writes ``benchmarks/results/NAME.json`` (default
@@ -80,13 +82,18 @@ def _words(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, split="whitespace"))
 
 
+def _wide(template: Any, config: Any) -> tuple[Any, Any]:
+    scratch = dataclasses.replace(config.scratch, hidden_size=192, intermediate_size=576)
+    return template, dataclasses.replace(config, scratch=scratch)
+
+
 def _relabel(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, relabel_ids=0.5)
 
 
 RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
     "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "words": _words,
-    "relabel": _relabel,
+    "relabel": _relabel, "wide": _wide,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
 FIGURES = (
