@@ -18,8 +18,9 @@ context and removal lines kept to the page's) on the same validation episodes
 (``--episodes``, collected there once: the demonstrator, the near miss, the
 warm start and the trained policy on seeds ``--seeds``, within 2000-2199). It
 prints each build's per-task rows, then per recipe and task the mean over its
-builds of the first answers applied with nothing overruled, the real wins and
-the real losses paid open loop, with every build's value and the spread (max
+builds of the first answers applied with nothing overruled, those kept as
+written (no rule rewrote their page either), the real wins and the real losses
+paid open loop, with every build's value and the spread (max
 minus min), against the first recipe's mean (the baseline).
 
 Recipes:
@@ -34,7 +35,9 @@ Recipes:
 - ``relabel``: half the examples trained with their element ids permuted
   (``SimTrainConfig.relabel_ids=0.5``);
 - ``wide``: the demo-size model one and a half times as wide (hidden size 192
-  for 128, feed-forward 576 for 384), about twice its parameters.
+  for 128, feed-forward 576 for 384), about twice its parameters;
+- ``alias``: the action's element shown as ``[e0]`` in prompt and answer
+  (``TemplateConfig.target_alias``).
 
 Builds already in ``--out`` (same recipe, seed and kept demo) are reused.
 ``--commit-results`` writes ``benchmarks/results/NAME.json`` (default
@@ -91,13 +94,18 @@ def _relabel(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, relabel_ids=0.5)
 
 
+def _alias(template: Any, config: Any) -> tuple[Any, Any]:
+    return dataclasses.replace(template, target_alias=True), config
+
+
 RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
     "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "words": _words,
-    "relabel": _relabel, "wide": _wide,
+    "relabel": _relabel, "wide": _wide, "alias": _alias,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
 FIGURES = (
     ("first answers applied, nothing overruled", "first_answer_clean_share"),
+    ("first answers kept as written (no rule rewrote the page)", "first_answer_kept_share"),
     ("real wins paid open loop", "wins_share_paid_open_loop"),
     ("real losses paid open loop", "losses_share_paid_open_loop"),
 )

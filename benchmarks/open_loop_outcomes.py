@@ -32,7 +32,10 @@ decodes (``ExperienceModelConfig.copy_page_lines``). Per task, the model's answe
 answers went: predictions asked of it, first (greedy) answers that applied as
 written (with ``+copy``: and that the guard did not steer, ``Completion.steered``),
 malformed, repaired and steered answers, pages the rules wrote in their place
-(with the judge), salvaged answers and predictions that failed; and how many
+(with the judge), salvaged answers and predictions that failed; the first
+answers kept as written (``first_answer_kept_share``: applied, not steered, and
+no rule rewrote their page; an answer that checks the wrong box applies, and
+the check rule then writes the page); and how many
 of the pages it wrote open loop gave an element of the page before another
 role or name (``pages_renaming_an_element``: a page keeps what its elements
 are, only what they hold and whether they are checked changes).
@@ -262,6 +265,7 @@ async def _one_episode(model: Any, store: Any, config: Any, source: str, episode
     page, paid, history = first.observation, 0.0, []
     for real in episode:
         result = await env.predict_step(task, history, page, real.action, seed=real.seed)
+        counts[(name, "all", "pages a rule rewrote")] += _rule_rewrote(result.info)
         counts[(name, "all", "pages predicted")] += 1
         counts[(name, "all", "pages renaming an element")] += _renames(page.state, result.observation.state)
         paid += result.reward
@@ -271,9 +275,17 @@ async def _one_episode(model: Any, store: Any, config: Any, source: str, episode
         page = result.observation
     forced_history = [(step.observation, step.action) for step in episode[:-1]]
     forced = await env.predict_step(task, forced_history, last.observation, last.action, seed=last.seed)
+    counts[(name, "all", "pages a rule rewrote")] += _rule_rewrote(forced.info)
     await env.aclose()
     counts[(name, source, f"{outcome} open-loop paid")] += paid >= 0.5
     counts[(name, source, f"{outcome} teacher-forced paid")] += forced.reward >= 0.5
+
+
+def _rule_rewrote(info: dict[str, Any]) -> bool:
+    """Whether a rule that writes the page (typed text, a checked box, a selected option) changed the prediction."""
+    from dreamgym.simulator._rules import PAGE_RULES
+
+    return any(rule in info.get("rules", ()) for rule, _ in PAGE_RULES.values())
 
 
 def _renames(before: str, after: str) -> bool:
@@ -302,6 +314,9 @@ def _rows(counts: Counter, model: Path, judged: bool, judge: Any, copy: bool) ->
                 if source != "all":
                     by_source.setdefault(source, Counter())[key] += n
         wins, losses = got["won"], got["lost"]
+        # A first answer the rules rewrote: a page rule fired on its page. Every rule page is one (the page as
+        # it was, which the rule then writes), so the clean first answers a rule rewrote are the rest.
+        kept = got["clean_first_answers"] - (got["pages a rule rewrote"] - got["rule_pages"])
         open_loop = got["won open-loop paid"] / wins if wins else 0.0
         row = report.emit(
             f"real wins paid open loop ({label}, {task})", open_loop, "fraction",
@@ -320,6 +335,8 @@ def _rows(counts: Counter, model: Path, judged: bool, judge: Any, copy: bool) ->
             pages_renaming_an_element=got["pages renaming an element"],
             first_answer_clean_share=round(got["clean_first_answers"] / got["predictions"], 4)
             if got["predictions"] else None,
+            answers_kept_as_written=kept,
+            first_answer_kept_share=round(kept / got["predictions"], 4) if got["predictions"] else None,
             by_source={source: {k: c[k] for k in ("won", "lost", "won open-loop paid", "lost open-loop paid")}
                        for source, c in sorted(by_source.items())},
         )  # fmt: skip

@@ -198,23 +198,25 @@ class LLMExperienceModel:
         self.stats.predictions += 1
         messages = self.config.template.messages(query)
         current = query.observation
+        shown, alias = self.config.template.shown(query)  # the answer is written against the shown page
         errors: list[str] = []
         answers: list[str] = []
-        copy_lines = self._copy_lines(current.state)
+        copy_lines = self._copy_lines(shown.observation.state)
         for attempt in range(self.config.max_attempts):
             sampling = replace(self._sampling(query.seed, len(query.history), attempt), copy_lines=copy_lines)
             completion = await self._call(messages, sampling)
+            text = alias.text(completion.text)  # in the page's own ids
             if answers:
-                self._watch_retry(answers[-1], completion, sampling)
+                self._watch_retry(answers[-1], text, completion, sampling)
             try:
-                answer = parse_answer(completion.text, current.state)
+                answer = parse_answer(text, current.state)
             except ModelOutputError as exc:
                 self.stats.malformed_answers += 1
                 errors.append(f"attempt {attempt + 1}: {exc}")
-                answers.append(completion.text)
-                log.debug("malformed experience-model answer (%s): %r", exc, completion.text[:200])
+                answers.append(text)
+                log.debug("malformed experience-model answer (%s): %r", exc, text[:200])
                 if attempt == 0 and self._rule_page(query):
-                    return self._rule_prediction(query, completion.text)
+                    return self._rule_prediction(query, text)
                 continue
             repaired = bool(answer.dropped_lines or answer.anchored_lines)
             steered = attempt == 0 and completion.steered > 0
@@ -222,8 +224,8 @@ class LLMExperienceModel:
             self.stats.steered_answers += steered
             self.stats.clean_first_answers += attempt == 0 and not repaired and not steered
             if (repaired or steered) and attempt == 0 and self._rule_page(query):
-                return self._rule_prediction(query, completion.text)
-            return self._prediction(answer, query, completion.text)
+                return self._rule_prediction(query, text)
+            return self._prediction(answer, query, text)
         if self.config.salvage:
             for text in answers:  # the last resort: the first answer whose placeable diff lines make a page
                 try:
@@ -289,7 +291,7 @@ class LLMExperienceModel:
             sampling = replace(self._sampling(seed, 0, attempt), max_new_tokens=self.config.initial_max_new_tokens)
             completion = await self._call(messages, sampling, self.config.template.initial_template_id)
             if previous is not None:
-                self._watch_retry(previous, completion, sampling)
+                self._watch_retry(previous, completion.text, completion, sampling)
             previous = completion.text
             try:
                 state = parse_initial_answer(completion.text)
@@ -301,10 +303,11 @@ class LLMExperienceModel:
         self.stats.failed_predictions += 1
         raise ModelOutputError(f"{self.model_id} could not write the first page of {task.task_id}: {'; '.join(errors)}")
 
-    def _watch_retry(self, previous: str, completion: Completion, sampling: Sampling) -> None:
-        """Count a retry that repeated the attempt before it (a cached answer says nothing of the server)."""
+    def _watch_retry(self, previous: str, text: str, completion: Completion, sampling: Sampling) -> None:
+        """Count a retry whose answer ``text`` repeated the attempt before it (a cached answer says nothing of the
+        server)."""
         if not completion.cached and self.retries.answered(
-            previous=previous, text=completion.text, temperature=sampling.temperature
+            previous=previous, text=text, temperature=sampling.temperature
         ):
             self.stats.repeated_retries += 1
 

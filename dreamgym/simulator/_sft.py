@@ -305,10 +305,11 @@ async def build_sft_examples(
                     neighbours=neighbours,
                     seed=step.seed,
                 )
+                alias = template.shown(query)[1]
                 target = answer_text(
                     template,
-                    observation=step.observation,
-                    next_observation=step.next_observation,
+                    observation=alias.observation(step.observation),
+                    next_observation=alias.observation(step.next_observation),
                     reward=step.reward,
                     done=step.terminated,
                     reasoning=(reasoning or {}).get((step.episode_id, step.step_index), ""),

@@ -50,6 +50,7 @@ from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour
 from dreamgym.core.state import diff_states, lean_diff
 from dreamgym.core.types import Action, Observation, Step, Task
+from dreamgym.simulator._alias import Alias, aliased_query
 
 __all__ = [
     "MAX_PAST_ACTIONS",
@@ -123,6 +124,12 @@ class TemplateConfig:
     answers that applied with nothing overruled were 0.84 and 0.95 of 1,890 open loop, against 0.92 and 0.96
     without the line, with more malformed answers (114 and 75 against 1 and 18;
     ``benchmarks/results/demo_sim_builds.json``). Off by default."""
+    target_alias: bool = False
+    """Show the element the action works on as ``[e0]`` (:data:`~dreamgym.simulator._alias.TARGET_ALIAS`), in the
+    page, the history, the action and the answer, its own id where ``e0`` was; each retrieved transition shows its
+    own action's element so (:mod:`~dreamgym.simulator._alias`; the id gains ``:alias``). The answer is read back
+    through the same swap, so a store records the page's own ids. A model trained from scratch need not copy the
+    action's id to write the element's line: it is always ``[e0]``."""
 
     def __post_init__(self) -> None:
         if self.history < 0 or self.neighbours < 0:
@@ -139,7 +146,10 @@ class TemplateConfig:
         bare = "" if self.instructions else ":bare"
         acts = ":acts" if self.past_actions else ""
         target = ":tgt" if self.target_line else ""
-        return f"experience/{VERSION}:h{self.history}:k{self.neighbours}:{mode}:{self.output}{bare}{acts}{target}"
+        alias = ":alias" if self.target_alias else ""
+        return (
+            f"experience/{VERSION}:h{self.history}:k{self.neighbours}:{mode}:{self.output}{bare}{acts}{target}{alias}"
+        )
 
     @property
     def initial_template_id(self) -> str:
@@ -147,8 +157,9 @@ class TemplateConfig:
         return f"experience/{VERSION}:initial"
 
     def messages(self, query: ExperienceQuery) -> list[ChatMessage]:
-        """The chat prompt for one prediction: the system message (unless ``instructions`` is off), then the query."""
-        user = ChatMessage(role="user", content=self._user_text(query))
+        """The chat prompt for one prediction: the system message (unless ``instructions`` is off), then the query
+        (as :meth:`shown` shows it)."""
+        user = ChatMessage(role="user", content=self._user_text(self.shown(query)[0]))
         if not self.instructions:
             return [user]
         system = _SYSTEM.format(
@@ -156,6 +167,11 @@ class TemplateConfig:
             form=_DIFF_FORM if self.output == "diff" else _STATE_FORM,
         )
         return [ChatMessage(role="system", content=system), user]
+
+    def shown(self, query: ExperienceQuery) -> tuple[ExperienceQuery, Alias]:
+        """The query as the prompt shows it, and the swap of ids that reads an answer back to the page's own: with
+        ``target_alias``, :func:`~dreamgym.simulator._alias.aliased_query`; else the query as it is and no swap."""
+        return aliased_query(query) if self.target_alias else (query, Alias())
 
     def initial_messages(self, task: Task, *, seed: int | None = None) -> list[ChatMessage]:
         """The chat prompt that asks for a task's first page."""

@@ -59,6 +59,24 @@ async def test_one_example_per_real_step_with_neighbours_outside_its_episode_and
     assert {e.action_name for e in examples if e.step_index == 1} == {"click"}
 
 
+async def test_with_the_target_alias_every_example_writes_the_actions_element_as_e0(tmp_path: Path) -> None:
+    aliased = dataclasses.replace(TOY_TEMPLATE, target_alias=True)
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(3))
+        examples = await build_sft_examples(store, aliased)
+        plain = await build_sft_examples(store, TOY_TEMPLATE)
+    first = next(e for e in examples if e.step_index == 0 and e.episode_id == "toy-0-Ana")
+    assert (
+        first.completion == "<diff>\n- [e0] textbox\n+ [e0] textbox: Ana\n</diff>\n<reward>0</reward>\n<done>no</done>"
+    )
+    assert first.messages[-1].content.endswith("Action: type [e0] [Ana] [0]")
+    for example, same in zip(examples, plain, strict=True):  # the same steps, the same neighbours, ids swapped
+        assert (example.episode_id, example.step_index) == (same.episode_id, same.step_index)
+        assert example.messages[-1].content.count("[e0]") > 0 == same.messages[-1].content.count("[e0]")
+    out = train_experience_model(examples, tmp_path / "model", FAST, template=aliased)
+    assert read_metadata(out)["template_id"].endswith(":alias")
+
+
 async def test_held_out_pairs_and_episodes_give_no_examples(tmp_path: Path) -> None:
     async with open_store(tmp_path / "store") as store:
         await fill_toy_store(store, range(4))
