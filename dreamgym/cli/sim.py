@@ -58,6 +58,9 @@ def add_sim_commands(commands: Any) -> None:
     train.add_argument("--target-line", action="store_true",
                        help="repeat the page's line of the element the action targets after the action (the line "
                             "a diff usually starts with, next to the answer)")  # fmt: skip
+    train.add_argument("--target-alias", action="store_true",
+                       help="show the element the action works on as [e0] in prompt and answer (read back to the "
+                            "page's own id), so that a small model need not copy the action's id")  # fmt: skip
     train.add_argument("--relabel-ids", type=float, default=0.0, metavar="SHARE",
                        help="train this share of the examples with their element ids permuted among their pages' "
                             "own, prompt and answer alike, so the model reads which element the action names "
@@ -170,6 +173,7 @@ def _run_train(args: argparse.Namespace) -> int:
         output=args.output,
         past_actions=args.past_actions,
         target_line=args.target_line,
+        target_alias=args.target_alias,
     )
     config = SimTrainConfig(
         base=_base(args.base), lora=not args.full, epochs=args.epochs, batch_size=args.batch_size,

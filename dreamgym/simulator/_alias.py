@@ -4,13 +4,14 @@ A page's element ids are labels, and the element an action works on is the
 one a step's diff almost always writes first. To write its line the model
 must copy the id from the action (``click [e5]`` → ``- [e5] ...``); a model
 trained from scratch on a few hundred steps does not learn that copy. On
-the demo's checkbox task the demo-size model (two layers), teacher-forced on
-its own seed set, wrote the clicked box's id 64 times in 236 (the other boxes
-as often as the clicked one: no better than a guess), whatever its recipe
-(more epochs, a third layer, a wider model, word-sized tokens, permuted ids).
-With the clicked element shown as ``[e0]`` in prompt and answer, the same
-model wrote it 38 times in 38 on held-back episodes: what was a copy became a
-constant.
+the demo's checkbox task, teacher-forced on 150 validation steps
+(``benchmarks/probes/acted_element.py``), two builds of the demo-size model
+(two layers) wrote the clicked box in 26 of the 110 and 26 of the 111 first
+answers that wrote a line, another box in the rest: no better than a guess
+among the page's boxes. Builds with more epochs, a third layer, a wider
+model, word-sized tokens or permuted ids did no better. Trained and asked
+with the clicked element shown as ``[e0]``, two builds of the same model
+wrote it in 94 of 94 and 122 of 122: what was a copy became a constant.
 
 :class:`Alias` swaps two ids everywhere an id is written (``[id]`` tokens in
 the page, the diffs, the action's element, the focus, an action error): the

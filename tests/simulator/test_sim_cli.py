@@ -33,12 +33,12 @@ def test_sim_train_then_eval_beside_the_baselines(tmp_path: Path) -> None:
     train, held = make_stores(tmp_path)
     out = dreamgym("sim", "train", str(train), "--out", str(tmp_path / "model"), "--max-steps", "2",
                    "--hold-out", "toy/form:3", "--device", "cpu", "--dtype", "float32", "--past-actions",
-                   "--target-line", "--split", "whitespace", "--max-length", "1536", "--relabel-ids", "0.5"
-                   ).stdout  # fmt: skip
-    assert "on 12 examples" in out and "experience/v1:h1:k2:direct:diff:acts:tgt" in out
+                   "--target-line", "--target-alias", "--split", "whitespace", "--max-length", "1536",
+                   "--relabel-ids", "0.5").stdout  # fmt: skip
+    assert "on 12 examples" in out and "experience/v1:h1:k2:direct:diff:acts:tgt:alias" in out
     meta = read_metadata(tmp_path / "model")
     assert meta["template"]["past_actions"] is True  # and eval, below, prompts with it (loaded from the metadata)
-    assert meta["template"]["target_line"] is True
+    assert meta["template"]["target_line"] is True and meta["template"]["target_alias"] is True
     assert meta["held_out"] == [["toy/form", 3]] and meta["trained_with_reasoning"] is False
     assert (meta["config"]["device"], meta["config"]["dtype"]) == ("cpu", "float32")
     assert meta["config"]["max_length"] == 1536 and meta["config"]["relabel_ids"] == 0.5
