@@ -126,3 +126,12 @@ def test_the_model_decodes_against_the_shown_page_and_records_the_pages_own_ids(
     copy_lines = backend.calls[0][1].copy_lines
     assert f'[{TARGET_ALIAS}] checkbox "Zy7"' in copy_lines and not any("[e5]" in line for line in copy_lines)
     assert model.stats.clean_first_answers == 1
+
+
+def test_an_action_on_the_pages_own_e0_shows_everything_as_it_is() -> None:
+    before = page(first_id=0)
+    mine = step(0, before, "click [e0]", before)
+    shown, alias = aliased_query(query(mine, history=()))
+    assert alias == Alias(TARGET_ALIAS)
+    assert shown.observation == before and shown.action == mine.action
+    assert alias.text('- [e0] generic\n+ [e3] checkbox "qx"') == '- [e0] generic\n+ [e3] checkbox "qx"'
