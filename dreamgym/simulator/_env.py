@@ -77,6 +77,9 @@ class SimulatorStats:
     """Predictions whose typed field the typed-text rule corrected (``_rules``)."""
     selected_option_rule: int = 0
     """Predictions whose chosen option the selected-option rule corrected (``_rules``)."""
+    checked_rule: int = 0
+    """Predictions whose check controls the check rule corrected (``_rules``): the clicked one flipped, the others
+    as they were. A small model's answer that applies may still mark another box than the clicked one."""
     truncated_model_output: int = 0
     truncated_backend: int = 0
     real_starts: int = 0
@@ -211,6 +214,7 @@ class SimulatedEnv:
         prediction, rules = apply_rules(query, prediction)
         self.stats.typed_text_rule += "typed_text" in rules
         self.stats.selected_option_rule += "selected_option" in rules
+        self.stats.checked_rule += "checked" in rules
         info.update(
             experience_model_id=prediction.model_id or self.model.model_id,
             prompt_template_id=prediction.template_id,

@@ -244,4 +244,5 @@ async def test_simulated_env_checks_the_box_the_model_left_unchecked() -> None:
     env = SimulatedEnv(LLMExperienceModel(ScriptedBackend([answer])))
     result = await env.predict_step(toy_form.TASK, (), page, parse_action('click [e3] "Egg"'))
     assert '[e3] checkbox "Egg" [checked]' in result.observation.state
-    assert result.info["rules"] == ["checked", "focus"]
+    assert result.info["rules"] == ["checked", "focus"] and env.stats.checked_rule == 1
+    assert env.stats.as_metrics()["sim/env_checked_rule"] == 1
