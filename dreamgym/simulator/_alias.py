@@ -43,7 +43,7 @@ from dreamgym.core.actions import ELEMENT_ACTIONS
 from dreamgym.core.protocols import ExperienceQuery, Neighbour
 from dreamgym.core.types import Action, Observation, Step
 
-__all__ = ["TARGET_ALIAS", "Alias", "alias_for", "aliased_query"]
+__all__ = ["TARGET_ALIAS", "Alias", "alias_for", "aliased_query", "element_line"]
 
 TARGET_ALIAS = "e0"
 """The id the action's element is shown under (the bridge numbers elements from ``e1``)."""
@@ -98,12 +98,16 @@ class Alias:
 def alias_for(observation: Observation, action: Action) -> Alias:
     """The swap that shows ``action``'s element as :data:`TARGET_ALIAS`: none where the action names no element
     of the page."""
-    if action.name not in ELEMENT_ACTIONS or not action.args:
-        return Alias()
-    opening = f"[{action.args[0]}]"
-    if not any(line.lstrip(" ").startswith(opening) for line in observation.state.split("\n")):
+    if action.name not in ELEMENT_ACTIONS or not action.args or element_line(observation.state, action.args[0]) is None:
         return Alias()
     return Alias(action.args[0])
+
+
+def element_line(state: str, element_id: str) -> str | None:
+    """The line of ``state`` that writes the element ``element_id``, as the page writes it (indent and all), or
+    ``None`` where the page has no such element."""
+    opening = f"[{element_id}]"
+    return next((line for line in state.split("\n") if line.lstrip(" ").startswith(opening)), None)
 
 
 def aliased_query(query: ExperienceQuery) -> tuple[ExperienceQuery, Alias]:

@@ -196,12 +196,11 @@ class LLMExperienceModel:
             BackendError: The backend failed.
         """
         self.stats.predictions += 1
-        messages = self.config.template.messages(query)
+        messages, alias = self.config.template.prompt(query)
         current = query.observation
-        shown, alias = self.config.template.shown(query)  # the answer is written against the shown page
         errors: list[str] = []
         answers: list[str] = []
-        copy_lines = self._copy_lines(shown.observation.state)
+        copy_lines = self._copy_lines(alias.text(current.state))  # the answer is written against the shown page
         for attempt in range(self.config.max_attempts):
             sampling = replace(self._sampling(query.seed, len(query.history), attempt), copy_lines=copy_lines)
             completion = await self._call(messages, sampling)

@@ -305,7 +305,7 @@ async def build_sft_examples(
                     neighbours=neighbours,
                     seed=step.seed,
                 )
-                alias = template.shown(query)[1]
+                messages, alias = template.prompt(query)
                 target = answer_text(
                     template,
                     observation=alias.observation(step.observation),
@@ -316,7 +316,7 @@ async def build_sft_examples(
                 )
                 examples.append(
                     SFTExample(
-                        messages=tuple(template.messages(query)),
+                        messages=tuple(messages),
                         completion=target,
                         episode_id=step.episode_id,
                         step_index=step.step_index,

@@ -50,7 +50,7 @@ from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import ChatMessage, ExperienceQuery, Neighbour
 from dreamgym.core.state import diff_states, lean_diff
 from dreamgym.core.types import Action, Observation, Step, Task
-from dreamgym.simulator._alias import Alias, aliased_query
+from dreamgym.simulator._alias import Alias, aliased_query, element_line
 
 __all__ = [
     "MAX_PAST_ACTIONS",
@@ -158,20 +158,22 @@ class TemplateConfig:
 
     def messages(self, query: ExperienceQuery) -> list[ChatMessage]:
         """The chat prompt for one prediction: the system message (unless ``instructions`` is off), then the query
-        (as :meth:`shown` shows it)."""
-        user = ChatMessage(role="user", content=self._user_text(self.shown(query)[0]))
+        (as :meth:`prompt` shows it)."""
+        return self.prompt(query)[0]
+
+    def prompt(self, query: ExperienceQuery) -> tuple[list[ChatMessage], Alias]:
+        """:meth:`messages`, and the swap of ids that reads an answer to them back to the page's own: with
+        ``target_alias`` the prompt shows :func:`~dreamgym.simulator._alias.aliased_query`'s query; else the query
+        as it is, and no swap."""
+        shown, alias = aliased_query(query) if self.target_alias else (query, Alias())
+        user = ChatMessage(role="user", content=self._user_text(shown))
         if not self.instructions:
-            return [user]
+            return [user], alias
         system = _SYSTEM.format(
             reasoning=_REASONING if self.reasoning else "",
             form=_DIFF_FORM if self.output == "diff" else _STATE_FORM,
         )
-        return [ChatMessage(role="system", content=system), user]
-
-    def shown(self, query: ExperienceQuery) -> tuple[ExperienceQuery, Alias]:
-        """The query as the prompt shows it, and the swap of ids that reads an answer back to the page's own: with
-        ``target_alias``, :func:`~dreamgym.simulator._alias.aliased_query`; else the query as it is and no swap."""
-        return aliased_query(query) if self.target_alias else (query, Alias())
+        return [ChatMessage(role="system", content=system), user], alias
 
     def initial_messages(self, task: Task, *, seed: int | None = None) -> list[ChatMessage]:
         """The chat prompt that asks for a task's first page."""
@@ -247,11 +249,8 @@ def target_line(state: str, action: Action) -> str:
     """
     if action.name not in ELEMENT_ACTIONS or not action.args:
         return "(none)"
-    opening = f"[{action.args[0]}]"
-    for line in state.split("\n"):
-        if line.lstrip(" ").startswith(opening):
-            return line
-    return "(not on the page)"
+    line = element_line(state, action.args[0])
+    return "(not on the page)" if line is None else line
 
 
 def _neighbour_lines(n: int, neighbour: Neighbour, max_lines: int) -> list[str]:
