@@ -249,6 +249,8 @@ class Trainer:
         self._metrics_path = config.output_dir / METRICS_FILE
         self._relaying = False
         """Our own figures are on their way to TRL's loggers: the callback must not log them back as TRL's."""
+        self._trained = False
+        """The last :meth:`train` returned (every rank reached its end, so :meth:`end` may wait for the others)."""
 
     # ------------------------------------------------------------------ running
 
@@ -259,6 +261,7 @@ class Trainer:
         ``resume`` is true and there is one.
         """
         started = time.perf_counter()
+        self._trained = False
         self.config.output_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = latest_checkpoint(self.config.output_dir) if resume else None
         if checkpoint is not None:
@@ -290,6 +293,7 @@ class Trainer:
                 self._portal = None
                 if self._main:
                     close_writers(self.grpo)
+        self._trained = True
         return TrainResult(
             state=self.state,
             evaluations=tuple(self.evaluations),
@@ -298,16 +302,36 @@ class Trainer:
         )
 
     def end(self) -> None:
-        """Finish TRL's trackers and, under several ranks, destroy the process group.
+        """Finish TRL's trackers and, under several ranks, let go of the DDP wrapper and destroy the process group.
 
         Call it once, at the very end, after :meth:`train` and anything else
-        that talks between ranks. A rank that exits with its process group
-        still up can abort in the interpreter's teardown ("terminate called
-        without an active exception") after its work is done; ``dreamgym
-        train`` calls this on every rank. Harmless with one rank.
+        that talks between ranks; ``dreamgym train`` calls it on every rank.
+        A rank that exits with its process group up, or with the model's
+        ``DistributedDataParallel`` wrapper still alive (its reducer holds the
+        group and the last gradient reduction), can abort in the
+        interpreter's teardown ("terminate called without an active
+        exception", exit -6) after its work is done, and ``torchrun`` then
+        kills the ranks still running. ``benchmarks/probes/gloo_exit.py``
+        measures it on a bare two-rank Gloo loop (torch 2.13, CPU). So:
+
+        - after a :meth:`train` that returned, every rank waits for the
+          others here, so none exits while another still writes (rank 0's
+          store, checkpoint, evaluation); after one that raised, none waits
+          (the others may never come);
+        - the wrapper goes, collected, before the group; the model itself
+          (the policy's, unwrapped) stays usable.
+
+        Harmless with one rank.
         """
-        if self.grpo is not None:
-            self.grpo.end()
+        if self.grpo is None:
+            return
+        accelerator = self.grpo.accelerator
+        if accelerator.num_processes > 1:
+            if self._trained:
+                accelerator.wait_for_everyone()
+            self.grpo.model_wrapped = self.grpo.model
+            accelerator.free_memory()  # drops the prepared (wrapped) models and optimizers, then collects
+        self.grpo.end()
 
     def _build_grpo(self) -> Any:
         from datasets import Dataset

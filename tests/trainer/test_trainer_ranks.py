@@ -47,6 +47,10 @@ def test_two_ranks_train_on_episodes_only_the_first_plays_and_stores_each_once(t
     assert len(anchored) == 2 and all(loss > 0 for loss in anchored)
     # Trainer.end destroyed the process group before exit (a rank exiting with it up can abort in teardown)
     assert [(rank["group_before_end"], rank["group_after_end"]) for rank in ranks] == [(True, False)] * 2
+    # ...let go of the DDP wrapper first (alive at exit, it can abort a rank: benchmarks/probes/gloo_exit.py)
+    assert [rank["wrappers_after_end"] for rank in ranks] == [0, 0]
+    # ...and waited for the other rank: rank 1 left end() only after rank 0, still busy a second longer, came to it
+    assert ranks[1]["left_end"] >= ranks[0]["entered_end"]
 
     async def read() -> tuple[list[Episode], list[Step]]:
         async with open_store(tmp_path / "store") as store:

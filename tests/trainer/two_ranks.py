@@ -5,10 +5,12 @@ rank that opens the sides writes ``OUT/opened-PID``."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +19,7 @@ import anyio
 import torch
 from helpers import warm_index_labels
 from runtime_helpers import NAMES, TASK, ToyFormEnv, goal, open_store, page
+from torch.nn.parallel import DistributedDataParallel
 
 from dreamgym.agents import (
     INDEX_TOKENS,
@@ -64,8 +67,14 @@ def main() -> int:
               "completions": len(trainer.last_rollout["completion_ids"]), "weights_before": before,
               "weights": _digest(trainer.grpo.model)}  # fmt: skip
     report["group_before_end"] = torch.distributed.is_initialized()
+    if os.environ["RANK"] == "0":
+        time.sleep(1.0)  # rank 0 is still busy after train (writing, say) when rank 1 reaches end()
+    report["entered_end"] = time.time()
     trainer.end()  # as `dreamgym train` does: the process group goes before the interpreter's teardown
+    report["left_end"] = time.time()
     report["group_after_end"] = torch.distributed.is_initialized()
+    gc.collect()
+    report["wrappers_after_end"] = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
     (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(report))
     return 0
 
