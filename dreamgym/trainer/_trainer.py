@@ -321,7 +321,7 @@ class Trainer:
         - the wrapper goes, collected, before the group; the model itself
           (the policy's, unwrapped) stays usable.
 
-        Harmless with one rank.
+        Harmless with one rank, and a second call does nothing more.
         """
         if self.grpo is None:
             return
@@ -329,6 +329,7 @@ class Trainer:
         if accelerator.num_processes > 1:
             if self._trained:
                 accelerator.wait_for_everyone()
+                self._trained = False  # a second end() finds the group gone: it must not wait again
             self.grpo.model_wrapped = self.grpo.model
             accelerator.free_memory()  # drops the prepared (wrapped) models and optimizers, then collects
         self.grpo.end()

@@ -72,6 +72,7 @@ def main() -> int:
     report["entered_end"] = time.time()
     trainer.end()  # as `dreamgym train` does: the process group goes before the interpreter's teardown
     report["left_end"] = time.time()
+    trainer.end()  # a second call (a script's own `finally`, say) finds the group gone and does nothing more
     report["group_after_end"] = torch.distributed.is_initialized()
     gc.collect()
     report["wrappers_after_end"] = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
