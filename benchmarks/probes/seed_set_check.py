@@ -27,12 +27,11 @@ import anyio
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-SCRIPTED = ("miniwob-demonstrator", "near-miss-demonstrator", "random-explorer")
-"""The policies of a demo's seed set (as ``benchmarks/demo_sim_builds.py`` reads it)."""
 
 
 async def probe(kept: Path, task: str, models: list[Path], limit: int) -> None:
     import open_loop_outcomes as olo
+    from demo_sim_builds import SCRIPTED  # the policies of a demo's seed set
 
     from dreamgym.core.types import Task
     from dreamgym.jobs._demo_settings import held_out_pairs

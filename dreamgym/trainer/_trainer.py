@@ -325,11 +325,12 @@ class Trainer:
         """
         if self.grpo is None:
             return
+        import torch.distributed
+
         accelerator = self.grpo.accelerator
-        if accelerator.num_processes > 1:
+        if accelerator.num_processes > 1 and torch.distributed.is_initialized():  # not after a first end()
             if self._trained:
                 accelerator.wait_for_everyone()
-                self._trained = False  # a second end() finds the group gone: it must not wait again
             self.grpo.model_wrapped = self.grpo.model
             accelerator.free_memory()  # drops the prepared (wrapped) models and optimizers, then collects
         self.grpo.end()
