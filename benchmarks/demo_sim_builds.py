@@ -39,6 +39,9 @@ Recipes:
 - ``alias``: the action's element shown as ``[e0]`` in prompt and answer
   (``TemplateConfig.target_alias``).
 
+Recipes joined by ``+`` are applied left to right (``alias+words+layers-3``:
+each lever at once); the build is named after the joined name.
+
 Builds already in ``--out`` (same recipe, seed and kept demo) are reused.
 ``--commit-results`` writes ``benchmarks/results/NAME.json`` (default
 ``demo_sim_builds``) with the date, the commit and the command.
@@ -103,6 +106,26 @@ RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
     "relabel": _relabel, "wide": _wide, "alias": _alias,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
+
+
+def compose(name: str) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """The recipe ``name`` names: one of :data:`RECIPES`, or several joined by ``+`` (``alias+words``), applied
+    left to right."""
+    parts = name.split("+")
+    unknown = [part for part in parts if part not in RECIPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown recipe {unknown[0]!r} in {name!r}: each part is one of {', '.join(RECIPES)}"
+        )
+
+    def composed(template: Any, config: Any) -> tuple[Any, Any]:
+        for part in parts:
+            template, config = RECIPES[part](template, config)
+        return template, config
+
+    return composed
+
+
 FIGURES = (
     ("first answers applied, nothing overruled", "first_answer_clean_share"),
     ("first answers kept as written (no rule rewrote the page)", "first_answer_kept_share"),
@@ -114,9 +137,9 @@ FIGURES = (
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="kept", type=Path, default=ROOT / ".cache" / "demo", help="a finished demo")
-    parser.add_argument("--recipe", action="append", choices=tuple(RECIPES),
-                        help="a recipe to build; repeatable; the first is the baseline "
-                             "(default: every recipe)")  # fmt: skip
+    parser.add_argument("--recipe", action="append", type=_recipe_name,
+                        help="a recipe to build, or several joined by '+' (alias+words); repeatable; the first "
+                             "is the baseline (default: every recipe)")  # fmt: skip
     parser.add_argument("--builds", type=int, default=2, help="builds per recipe (training seeds 0, 1, ...)")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "demo_sim_builds",
                         help="where the builds are written (and reused)")  # fmt: skip
@@ -156,6 +179,11 @@ def main() -> int:
     return 0
 
 
+def _recipe_name(name: str) -> str:
+    compose(name)  # raises argparse's error for an unknown part
+    return name
+
+
 def _summary(per_build: dict[str, list[dict[str, dict[str, Any]]]], recipes: list[str]) -> list[dict[str, Any]]:
     """Per recipe, task and figure: the mean over builds, each build's value and the spread, against the first
     recipe's mean."""
@@ -187,7 +215,7 @@ async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
     recorded = json.loads((kept / "report.json").read_text())
     demo = dataclasses.replace(olo._settings(kept), sim_epochs=float(recorded["settings"]["sim_epochs"]),
                                sim_outcome_weight=float(recorded["settings"]["sim_outcome_weight"]))  # fmt: skip
-    template, config = RECIPES[recipe](DEFAULT_TEMPLATE, dataclasses.replace(demo_sim_training(demo), seed=seed))
+    template, config = compose(recipe)(DEFAULT_TEMPLATE, dataclasses.replace(demo_sim_training(demo), seed=seed))
     target = out / f"{recipe}-seed{seed}"
     stamp = target / "build.json"
     wanted = {"kept": str(kept.resolve()), "recipe": recipe, "seed": seed, "template_id": template.template_id}
