@@ -35,7 +35,14 @@ from dreamgym.core.errors import BackendError, ConfigError
 from dreamgym.core.protocols import StepResult
 from dreamgym.core.types import Action, Observation, Source, Task
 from dreamgym.textworlds._games import TEXTWORLD_LOCK, GameInfo, quiet_textworld
-from dreamgym.textworlds._state import COMMAND_BOX, CommandIds, TextFrame, clean_game_text, render_text_state
+from dreamgym.textworlds._state import (
+    COMMAND_BOX,
+    CommandIds,
+    DescriptionLines,
+    TextFrame,
+    clean_game_text,
+    render_text_state,
+)
 from dreamgym.textworlds._tasks import game_for, task_settings
 
 __all__ = ["TextWorldConfig", "TextWorldEnv", "open_game", "open_text_world_envs"]
@@ -99,6 +106,7 @@ class _Episode:
     game: GameInfo
     dense: bool
     limit: int
+    lines: DescriptionLines = "sentence"
     ids: CommandIds = field(default_factory=CommandIds)
     commands: tuple[str, ...] = ()
     score: int = 0
@@ -156,7 +164,8 @@ class TextWorldEnv:
         except TimeoutError as exc:
             raise BackendError(f"task {task.task_id} did not start within {self.config.reset_deadline_s} s") from exc
         limit = task.max_steps or self.config.max_steps
-        episode = _Episode(task=task, seed=seed, game=game, dense=bool(settings.get("dense")), limit=limit)
+        episode = _Episode(task=task, seed=seed, game=game, dense=bool(settings.get("dense")), limit=limit,
+                           lines="paragraph" if settings.get("lines") == "paragraph" else "sentence")  # fmt: skip
         episode.max_score = int(_get(state, "max_score", game.max_score) or 0)
         episode.intro = clean_game_text(_get(state, "feedback", ""))
         episode.last = self._observe(episode, state, feedback="")
@@ -318,7 +327,7 @@ class TextWorldEnv:
             objective = episode.intro.split(_TASK, 1)[1]
         objective = " ".join(objective.split())
         return Observation(
-            state=render_text_state(frame, episode.ids),
+            state=render_text_state(frame, episode.ids, lines=episode.lines),
             url=f"textworld://{episode.game.content_hash}",
             goal=objective,
         )

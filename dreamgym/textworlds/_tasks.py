@@ -6,6 +6,8 @@ Grammar (one spec per ``--tasks``)::
     textworld:cooking?recipe=2&take=1&go=1     TextWorld's cooking games; one task, one game per seed
     textworld:custom?rooms=2&objects=4&quest=2 TextWorld's custom games (rooms, distractor objects, quest length)
     ...&dense=1                                reward each score change (score delta / max score) too
+    ...&lines=paragraph                        the room's description a line per paragraph, not per
+                                               sentence (``dreamgym.textworlds._state``)
     textworld:PATH                             a game file (.z8, .z5, .tw-pddl), or a folder: every game
                                                file under it (an ALFWorld data folder holds a game.tw-pddl
                                                per task); one task per file, no seeds
@@ -26,6 +28,7 @@ from urllib.parse import parse_qsl
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.types import Task
 from dreamgym.textworlds._games import GameCache, GameInfo, Recipe, file_game_info
+from dreamgym.textworlds._state import DESCRIPTION_LINES, DescriptionLines
 
 __all__ = [
     "BENCHMARK",
@@ -78,18 +81,24 @@ def parse_text_world_tasks(spec: str, *, cache_root: Path | None = None, max_ste
         raise ConfigError(f"{spec!r} names no game: write textworld:cooking?recipe=2 or textworld:PATH")
     name, _, query = body.partition("?")
     if name in ("cooking", "custom"):
-        settings, dense = _settings(query, spec)
+        settings, dense, lines = _settings(query, spec)
         recipe = Recipe(challenge=name, settings=settings)
-        return [generated_task(recipe, dense=dense, cache_root=cache_root, max_steps=max_steps)], True
+        return [generated_task(recipe, dense=dense, lines=lines, cache_root=cache_root, max_steps=max_steps)], True
     path = Path(body).expanduser()
     if not path.exists():
         raise ConfigError(f"{spec!r}: no game file or folder at {path} (generated games: textworld:cooking?...)")
     return file_tasks(path, max_steps=max_steps), False
 
 
-def _settings(query: str, spec: str) -> tuple[dict[str, int], bool]:
+def _settings(query: str, spec: str) -> tuple[dict[str, int], bool, DescriptionLines]:
     settings: dict[str, int] = {}
+    lines: DescriptionLines = "sentence"
     for key, value in parse_qsl(query, keep_blank_values=True):
+        if key == "lines":
+            if value not in DESCRIPTION_LINES:
+                raise ConfigError(f"{spec!r}: lines must be one of {', '.join(DESCRIPTION_LINES)}, not {value!r}")
+            lines = "paragraph" if value == "paragraph" else "sentence"
+            continue
         try:
             settings[key] = int(value)
         except ValueError:
@@ -97,20 +106,30 @@ def _settings(query: str, spec: str) -> tuple[dict[str, int], bool]:
     dense = settings.pop("dense", 0)
     if dense not in (0, 1):
         raise ConfigError(f"{spec!r}: dense must be 0 or 1")
-    return settings, bool(dense)
+    return settings, bool(dense), lines
 
 
-def generated_task(recipe: Recipe, *, dense: bool = False, cache_root: Path | None = None, max_steps: int = 0) -> Task:
+def generated_task(
+    recipe: Recipe,
+    *,
+    dense: bool = False,
+    lines: DescriptionLines = "sentence",
+    cache_root: Path | None = None,
+    max_steps: int = 0,
+) -> Task:
     """The task of a recipe's games (one per seed), cached under ``cache_root``."""
     config = {
         "kind": "generated",
         "challenge": recipe.challenge,
         "settings": dict(recipe.settings),
         "dense": dense,
+        "lines": lines,
         "cache": str(GameCache(cache_root).root),
     }
     return Task(
-        task_id=f"textworld/{recipe.key}" + ("+dense" if dense else ""),
+        task_id=f"textworld/{recipe.key}"
+        + ("+dense" if dense else "")
+        + ("+paragraphs" if lines == "paragraph" else ""),
         instruction=INSTRUCTION,
         site=BENCHMARK,
         benchmark=BENCHMARK,

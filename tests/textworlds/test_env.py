@@ -300,3 +300,22 @@ async def test_an_engine_hung_in_another_thread_cuts_the_episode_instead_of_hang
         thread.join()
     await env.aclose()
     assert result.truncated
+
+
+async def test_a_real_rooms_sentences_are_lines_unless_the_task_asks_for_paragraphs(
+    cooking_task: Task, cache: object
+) -> None:
+    from textworld_recipes import COOKING
+
+    from dreamgym.textworlds import generated_task
+
+    def paragraphs(state: str) -> list[str]:
+        return [f.element.text for f in flatten(parse_state(state)) if f.element.role == "paragraph"]
+
+    env = TextWorldEnv()
+    by_sentence = paragraphs((await env.reset(cooking_task, seed=0)).state)
+    whole = generated_task(COOKING, lines="paragraph", cache_root=cache.root)  # type: ignore[attr-defined]
+    by_paragraph = paragraphs((await env.reset(whole, seed=0)).state)
+    await env.aclose()
+    assert len(by_sentence) > len(by_paragraph) >= 1
+    assert " ".join(by_sentence) == " ".join(by_paragraph)

@@ -115,3 +115,16 @@ def test_a_held_out_world_is_told_apart_by_content_not_by_seed(tmp_path: Path, t
 def test_a_generated_task_needs_a_seed(tiny_task: Task) -> None:
     with pytest.raises(ConfigError, match="give a seed"):
         game_for(tiny_task, None)
+
+
+def test_paragraph_lines_are_their_own_task() -> None:
+    tasks, _ = parse_text_world_tasks("textworld:cooking?recipe=1&lines=paragraph")
+    assert tasks[0].task_id.endswith("+paragraphs")
+    assert json.loads(tasks[0].config_json)["lines"] == "paragraph"
+    default, _ = parse_text_world_tasks("textworld:cooking?recipe=1&lines=sentence")
+    assert "+paragraphs" not in default[0].task_id
+
+
+def test_an_unknown_line_setting_is_one_clear_config_error() -> None:
+    with pytest.raises(ConfigError, match="lines must be one of sentence, paragraph, not 'words'"):
+        parse_text_world_tasks("textworld:cooking?recipe=1&lines=words")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dreamgym.core import candidate_actions, parse_state, render_state
+from dreamgym.core.state import flatten, lean_diff
 from dreamgym.textworlds import CommandIds, TextFrame, clean_game_text, command_f1, render_text_state
 
 FRAME = TextFrame(
@@ -71,3 +72,52 @@ def test_command_f1_counts_missing_and_invented_commands() -> None:
 
 def test_command_f1_of_no_commands_on_either_side_is_one() -> None:
     assert command_f1(_listing(), _listing()) == 1.0
+
+
+ROOM = TextFrame(
+    description="-= Kitchen =-\nYou see a fridge. The fridge contains a block of cheese and a carrot. "
+    "What's that over there? It looks like it's an oven.",
+    commands=("take block of cheese from fridge",),
+)
+
+
+def _paragraphs(state: str) -> list[str]:
+    return [f.element.text for f in flatten(parse_state(state)) if f.element.role == "paragraph"]
+
+
+def test_each_sentence_of_the_room_is_its_own_line() -> None:
+    assert _paragraphs(render_text_state(ROOM, CommandIds())) == [
+        "You see a fridge.",
+        "The fridge contains a block of cheese and a carrot.",
+        "What's that over there?",
+        "It looks like it's an oven.",
+    ]
+
+
+def test_a_sentence_is_not_cut_inside_a_title() -> None:
+    frame = TextFrame(description='You see a copy of "Cooking: A Modern Approach (3rd Ed.)" on the table. It is old.')
+    assert _paragraphs(render_text_state(frame, CommandIds())) == [
+        'You see a copy of "Cooking: A Modern Approach (3rd Ed.)" on the table.',
+        "It is old.",
+    ]
+
+
+def test_paragraph_lines_keep_each_paragraph_whole() -> None:
+    state = render_text_state(ROOM, CommandIds(), lines="paragraph")
+    assert _paragraphs(state) == [ROOM.description.split("\n")[1]]
+    assert render_state(parse_state(state)) == state
+
+
+def test_taking_an_item_changes_one_line_of_the_room() -> None:
+    """The point of sentence lines: the diff the experience model writes for a step is the changed sentence."""
+    ids = CommandIds()
+    before = render_text_state(ROOM, ids)
+    taken = TextFrame(description=ROOM.description.replace("a block of cheese and ", ""), commands=ROOM.commands)
+    after = render_text_state(taken, ids)
+    changed = [line for line in lean_diff(before, after).splitlines() if line[:2] in ("- ", "+ ")]
+    assert changed == [
+        "- paragraph: The fridge contains a block of cheese and a carrot.",
+        "+ paragraph: The fridge contains a carrot.",
+    ]
+    whole = [render_text_state(f, CommandIds(), lines="paragraph") for f in (ROOM, taken)]
+    assert len(lean_diff(*whole)) > 2 * len("\n".join(changed))
