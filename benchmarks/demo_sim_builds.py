@@ -30,6 +30,7 @@ Recipes:
   after the action (``TemplateConfig.target_line``);
 - ``epochs-3``: three epochs in place of the demo's ``sim_epochs`` (2);
 - ``layers-3``: a third layer on the demo-size model (``dreamgym.jobs._demo_settings.DEMO_SIM_SIZE``);
+  ``layers-4``: a third and a fourth;
 - ``words``: its tokenizer keeps each run of non-space characters whole (``ScratchModelConfig.split="whitespace"``,
   the offline default's: an element id such as ``[e5]`` is one pre-token, not four);
 - ``relabel``: half the examples trained with their element ids permuted
@@ -84,6 +85,10 @@ def _layers_3(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, layers=3))
 
 
+def _layers_4(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, layers=4))
+
+
 def _words(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, scratch=dataclasses.replace(config.scratch, split="whitespace"))
 
@@ -102,8 +107,8 @@ def _alias(template: Any, config: Any) -> tuple[Any, Any]:
 
 
 RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
-    "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "words": _words,
-    "relabel": _relabel, "wide": _wide, "alias": _alias,
+    "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "layers-4": _layers_4,
+    "words": _words, "relabel": _relabel, "wide": _wide, "alias": _alias,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
 
