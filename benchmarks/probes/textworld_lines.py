@@ -7,9 +7,10 @@ with the room's description a line per sentence (the default) and once a line
 per paragraph (``&lines=paragraph``): the game's walkthrough, and a random
 policy over the admissible commands (seeded by the game's seed, at most
 ``--max-steps`` steps). Every transition's SFT answer (the default template's
-diff, reward and end: ``answer_text``) is tokenized with one whitespace-split
-tokenizer trained on every answer and page of both settings (what
-``textworld_sim.py`` trains with), and the answers' and pages' token counts
+diff, reward and end: ``answer_text``) is tokenized with one tokenizer of the
+scratch model's vocabulary size, split on whitespace (as ``textworld_sim.py``
+trains), trained on every answer and page of both settings, and the answers'
+and pages' token counts
 are printed per setting as JSON lines, with the share of answers longer than
 the experience model's answer budget (``ExperienceModelConfig.sampling``'s
 ``max_new_tokens``), which it cannot finish. A one-off probe: no results file.
@@ -77,7 +78,7 @@ def main() -> int:
     args = parser.parse_args()
     from dreamgym.cli._common import parse_seeds
     from dreamgym.simulator import ExperienceModelConfig, TemplateConfig
-    from dreamgym.simulator._sft import train_tokenizer
+    from dreamgym.simulator._sft import ScratchModelConfig, train_tokenizer
     from dreamgym.simulator._templates import answer_text
 
     seeds = list(parse_seeds(args.seeds))
@@ -93,8 +94,8 @@ def main() -> int:
             for before, after, reward, ended in steps
         ]
         pages[lines] = [before.state for before, _, _, _ in steps]
-    tokenizer = train_tokenizer([t for texts in (*answers.values(), *pages.values()) for t in texts], 4096,
-                                split="whitespace")  # fmt: skip
+    texts = [text for setting in (*answers.values(), *pages.values()) for text in setting]
+    tokenizer = train_tokenizer(texts, ScratchModelConfig().vocab_size, split="whitespace")
     for lines in SETTINGS:
         answer_tokens = sorted(len(tokenizer(text)["input_ids"]) for text in answers[lines])
         page_tokens = sorted(len(tokenizer(text)["input_ids"]) for text in pages[lines])
