@@ -3,9 +3,10 @@
 A :class:`~dreamgym.agents.LocalPolicy` feeds its model the whole episode as one sequence (each turn's user
 message appended after the last reply, so GRPO differentiates exactly what was drawn). A text world's turn is
 long: the room's description, the game's answer, the inventory, every admissible command as a button and again
-as a labelled choice, and the objective. On ``COOKING_FAMILY`` a turn is 850 to 1,330 tokens of the tiny
-index policy's tokenizer, so its default 4,096 positions hold three or four turns and a five-command
-walkthrough does not fit. Give the policy :func:`policy_context` positions for the step limit it plays under::
+as a labelled choice, and the objective. On ``COOKING_FAMILY`` a turn is 935 tokens of the tiny index
+policy's tokenizer on average and 1,437 at most (``benchmarks/probes/textworld_lines.py``, 255 steps of 20
+games), so its default 4,096 positions hold three or four turns and a five-command walkthrough does not fit.
+Give the policy :func:`policy_context` positions for the step limit it plays under::
 
     shape = dataclasses.replace(TINY_POLICY, max_positions=policy_context(max_steps=8))
     model, tokenizer = tiny_index_policy(pages, shape)
@@ -22,7 +23,8 @@ __all__ = ["TURN_TOKENS", "policy_context"]
 
 TURN_TOKENS = 1536
 """An upper bound on one turn of a text-world episode (user message and reply) in a tokenizer trained on the
-family's pages: the longest of ``COOKING_FAMILY``'s seen was 1,330 tokens, the mean 950."""
+family's pages: the longest of ``COOKING_FAMILY``'s seen was 1,437 tokens (rooms a line per sentence; 1,383
+with a line per paragraph), the mean 935."""
 
 
 def policy_context(max_steps: int, *, turn_tokens: int = TURN_TOKENS) -> int:
