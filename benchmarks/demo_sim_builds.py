@@ -1,9 +1,9 @@
 """Does a change to the demo-size experience model's recipe pay open loop? Each recipe built twice, the spread beside.
 
     python benchmarks/demo_sim_builds.py --from .cache/demo [--recipe demo --recipe target-line ...] [--builds 2]
-        [--out DIR] [--episodes DIR] [--seeds 2000-2029] [--commit-results [--name NAME]]
+        [--first-seed 0] [--out DIR] [--episodes DIR] [--seeds 2000-2029] [--commit-results [--name NAME]]
 
-Each ``--recipe`` is trained ``--builds`` times (training seeds 0, 1, ...) as
+Each ``--recipe`` is trained ``--builds`` times (training seeds ``--first-seed``, the next, ...) as
 the demo's phase 2 trains it (:func:`dreamgym.jobs._demo_settings.demo_sim_training`,
 the kept demo's settings), on the kept demo's **seed set** only: the real
 episodes its scripted demonstrators and random explorers played (the store
@@ -146,6 +146,8 @@ def main() -> int:
                         help="a recipe to build, or several joined by '+' (alias+words); repeatable; the first "
                              "is the baseline (default: every recipe)")  # fmt: skip
     parser.add_argument("--builds", type=int, default=2, help="builds per recipe (training seeds 0, 1, ...)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first build's training seed (builds take the next ones)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "demo_sim_builds",
                         help="where the builds are written (and reused)")  # fmt: skip
     parser.add_argument("--episodes", type=Path, default=ROOT / ".cache" / "bench" / "open_loop",
@@ -158,6 +160,8 @@ def main() -> int:
     recipes = args.recipe or list(RECIPES)
     if args.builds < 1:
         parser.error("--builds must be at least 1")
+    if args.first_seed < 0:
+        parser.error("--first-seed must be at least 0")
     if not (args.kept / "experience-model" / "config.json").exists():
         parser.error(f"no finished demo at {args.kept} (its experience-model is missing)")
     seeds = olo._seeds(parser, args.seeds)
@@ -167,7 +171,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     per_build: dict[str, list[dict[str, dict[str, Any]]]] = {}
     for recipe in recipes:
-        for seed in range(args.builds):
+        for seed in range(args.first_seed, args.first_seed + args.builds):
             build = anyio.run(_build, args.kept, args.out, recipe, seed)
             counts, judge = anyio.run(olo._replay, args.kept, build, True, True, episodes)
             task_rows = olo._rows(counts, build, True, judge, True)
