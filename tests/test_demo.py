@@ -42,7 +42,7 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
         "--rollout-groups", "2",
         "--real-share", "0.5", "--max-steps", "3", "--embedder", "hashing-64", "--train-updates", "2",
         "--train-groups-per-update", "2", "--report-to", "tensorboard", "--sim-refit-every", "1",
-        "--sim-refit-epochs", "0.5",
+        "--sim-refit-epochs", "0.5", "--sim-layers", "3", "--sim-alias", "--sim-builds", "2",
     )  # fmt: skip
     assert "success before training" in result.stdout and "simulator reward accuracy" in result.stdout
     assert "did it learn?" in result.stdout
@@ -53,6 +53,14 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
 
     report = json.loads((out / "report.json").read_text())
     assert "success before training" in (out / "report.md").read_text()
+    # phase 2 checked its build on the seed set, and trained the next seed where it failed; one build is kept
+    checks = report["experience_model_checks"]
+    assert [check["seed"] for check in checks] == list(range(len(checks))) and 1 <= len(checks) <= 2
+    assert sum(check["kept"] for check in checks) == 1 and list(checks[0]["tasks"]) == [f"miniwob/{TASK}"]
+    assert checks[-1]["passed"] or len(checks) == 2
+    model_meta = json.loads((out / "experience-model" / "dreamgym_model.json").read_text())
+    assert model_meta["template"]["target_alias"] and model_meta["config"]["scratch"]["layers"] == 3
+    assert "Experience-model builds checked on the seed set" in (out / "report.md").read_text()
     training = report["training"]
     assert training["status"] == "trained", training
     metrics = training["metrics"]
@@ -162,6 +170,8 @@ def test_settings_refuse_held_out_seeds_that_are_also_training_seeds(tmp_path: P
         DemoSettings(resample_flat=-1, out=tmp_path)
     with pytest.raises(ConfigError, match="micro_batch_size must divide the 16 episodes"):
         DemoSettings(micro_batch_size=3, out=tmp_path)
+    with pytest.raises(ConfigError, match="sim_layers and sim_builds must be >= 1"):
+        DemoSettings(sim_builds=0, out=tmp_path)
 
 
 def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path: Path) -> None:
@@ -191,6 +201,9 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "sim_model": (("--sim-model", str(tmp_path / "s")), tmp_path / "s"),
         "sim_epochs": (("--sim-epochs", "2.5"), 2.5),
         "sim_outcome_weight": (("--sim-outcome-weight", "5"), 5.0),
+        "sim_layers": (("--sim-layers", "4"), 4),
+        "sim_alias": (("--sim-alias",), True),
+        "sim_builds": (("--sim-builds", "3"), 3),
         "outcome_judge": (("--no-outcome-judge",), False),
         "sim_refit_every": (("--sim-refit-every", "3"), 3),
         "sim_refit_epochs": (("--sim-refit-epochs", "0.25"), 0.25),

@@ -169,6 +169,10 @@ class DemoReport:
     """Per GRPO update, the mean outcome reward of the real and the synthetic episodes played."""
     examples: tuple[EpisodeExample, ...] = ()
     """Shadowed real rollout episodes shown step by step beside the simulator's predictions."""
+    experience_model_checks: tuple[Mapping[str, Any], ...] = ()
+    """Phase 2's checks of its builds on the seed set (``DemoSettings.sim_builds`` above 1;
+    :func:`~dreamgym.jobs.sim_default.train_checked`): per build, its training seed, whether it was kept and its
+    clean first answers per task."""
 
     @property
     def real_steps(self) -> int:
@@ -225,6 +229,7 @@ class DemoReport:
             "after": self.after.as_dict(),
             "learning_curve": [row.as_dict() for row in self.curve],
             "examples": [example.as_dict() for example in self.examples],
+            "experience_model_checks": [dict(check) for check in self.experience_model_checks],
             "store": dict(self.store),
             "phases_s": dict(self.phases),
             "total_s": sum(self.phases.values()),
@@ -436,4 +441,12 @@ def write_report(report: DemoReport, out: Path) -> None:
         late = f"{later.successes}/{later.episodes}" if later else "–"
         lines.append(f"| {score.task_id} | {score.successes}/{score.episodes} | {late} |")
     lines += ["", f"Models: {', '.join(f'{k} `{v}`' for k, v in report.models.items())}.", ""]
+    if report.experience_model_checks:
+        builds = [
+            f"training seed {check['seed']}: worst task {check['worst']:.3f} clean "
+            f"({'passed' if check['passed'] else 'failed'}{', kept' if check['kept'] else ''})"
+            for check in report.experience_model_checks
+        ]
+        bar = report.experience_model_checks[0]["min_clean"]
+        lines += [f"Experience-model builds checked on the seed set (bar {bar}): {'; '.join(builds)}.", ""]
     (out / "report.md").write_text("\n".join(lines))

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from dreamgym.core.errors import ConfigError
 from dreamgym.core.protocols import Embedder  # at run time: the command line reads DemoSettings' field types
-from dreamgym.simulator import ScratchModelConfig, SimTrainConfig
+from dreamgym.simulator import ScratchModelConfig, SimTrainConfig, TemplateConfig
 
 if TYPE_CHECKING:
     from dreamgym.core.types import Step, Task
     from dreamgym.runtime import RuntimeConfig
 
-__all__ = ["DEMO_SIM_SIZE", "DEMO_TASKS", "DemoSettings", "demo_sim_training", "demo_tasks", "held_out_pairs",
-           "held_out_steps", "runtime_config"]  # fmt: skip
+__all__ = ["DEMO_SIM_SIZE", "DEMO_TASKS", "DemoSettings", "demo_sim_template", "demo_sim_training", "demo_tasks",
+           "held_out_pairs", "held_out_steps", "runtime_config"]  # fmt: skip
 
 DEMO_TASKS = ("click-checkboxes", "click-option", "login-user", "enter-password")
 """MiniWoB++ tasks with a scripted demonstrator on which a warm-started tiny policy is neither hopeless nor
@@ -101,6 +101,18 @@ class DemoSettings:
     seed set alone 30 moved the model from 0.50 and 0.26 (two training seeds) to 0.54 and 0.61
     (``demo_sim_arms.json``); on a seed set plus a finished demo's real training groups, from 0.93 to 0.64
     (``demo_sim_arms_draw2.json``). So the demo weighs every token alike."""
+    sim_layers: int = 2
+    """Layers of the demo-size experience model (:data:`DEMO_SIM_SIZE`'s width; unused with ``sim_model``). Four
+    made three of four builds apply 0.95 of their greedy first answers unsteered on every demo task, against one
+    of four with two, with the alias on (``demo_sim_builds_alias_layers*.json``); a fit takes about twice as long."""
+    sim_alias: bool = False
+    """Train the demo-size experience model with the page's ids shown as aliases (``TemplateConfig.target_alias``;
+    unused with ``sim_model``)."""
+    sim_builds: int = 1
+    """Most builds of the demo-size experience model phase 2 trains (unused with ``sim_model``). Above 1, each
+    build is checked on its seed set (:func:`dreamgym.simulator.check_build`, about a minute) and the next
+    training seed trained while it fails (:func:`dreamgym.jobs.sim_default.train_checked`); the report's
+    ``models.experience_model_checks`` holds every check. 1: one build, unchecked."""
     outcome_judge: bool = True
     """Fit an outcome judge (:class:`dreamgym.simulator.OutcomeJudge`) beside the demo-size experience model and
     each refit, so that its rewards and ends are the judge's (unused with ``sim_model``, whose directory decides).
@@ -195,6 +207,10 @@ class DemoSettings:
                 raise ConfigError(f"DemoSettings.{name} is out of range: {getattr(self, name)}")
         if self.group_size < 1 or self.rollout_groups < 1:
             raise ConfigError("DemoSettings.group_size and rollout_groups must be >= 1")
+        if self.sim_layers < 1 or self.sim_builds < 1:
+            raise ConfigError(
+                f"DemoSettings.sim_layers and sim_builds must be >= 1, got {self.sim_layers}, {self.sim_builds}"
+            )
         if self.sim_epochs <= 0 or self.sim_refit_epochs <= 0 or self.warm_epochs < 0 or self.sim_outcome_weight <= 0:
             raise ConfigError(
                 "DemoSettings.sim_epochs, sim_refit_epochs and sim_outcome_weight must be > 0 and warm_epochs >= 0"
@@ -254,9 +270,16 @@ def demo_sim_training(settings: DemoSettings) -> SimTrainConfig:
         base="scratch",
         epochs=settings.sim_epochs,
         max_length=1536,
-        scratch=DEMO_SIM_SIZE,
+        scratch=dataclasses.replace(DEMO_SIM_SIZE, layers=settings.sim_layers),
         outcome_weight=settings.sim_outcome_weight,
     )
+
+
+def demo_sim_template(settings: DemoSettings) -> TemplateConfig:
+    """The demo-size experience model's prompt: the offline default's, with the alias where asked."""
+    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE
+
+    return dataclasses.replace(DEFAULT_TEMPLATE, target_alias=settings.sim_alias)
 
 
 def held_out_pairs(settings: DemoSettings) -> tuple[tuple[str, int | None], ...]:

@@ -82,6 +82,7 @@ from dreamgym.jobs._demo_settings import (
     DEMO_SIM_SIZE,
     DEMO_TASKS,
     DemoSettings,
+    demo_sim_template,
     demo_sim_training,
     demo_tasks,
     held_out_pairs,
@@ -105,6 +106,7 @@ __all__ = [
     "RolloutFigures",
     "ShadowScore",
     "TrainOutcome",
+    "demo_sim_template",
     "demo_sim_training",
     "held_out_pairs",
     "run_demo",
@@ -162,6 +164,7 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         grounding = phase("2 ground", lambda: anyio.run(_ground, settings, sim_dir))
         grounding["experience_model_kind"] = "given" if given_sim else "demo-size"
         seed_set = {**seed_set, "vectors": grounding.pop("vectors")}
+        checks = tuple(grounding.pop("experience_model_checks", ()))
         weights, warm = phase("3 policy", lambda: prepare_policy(settings, given_policy))
         before = phase("4 evaluate before", lambda: anyio.run(_evaluate, settings, weights, "before"))
         held_out, fidelity = phase(
@@ -191,6 +194,7 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         held_out_fidelity=fidelity,
         curve=curve,
         examples=examples,
+        experience_model_checks=checks,
     )
     write_report(report, settings.out)
     return report
@@ -287,7 +291,7 @@ async def _train_experience_model(settings: DemoSettings) -> Path:
     """Phase 2 without a given model: a demo-size experience model trained on the seed set, with the default
     recipe's template and no-op balance; the held-out (task, seed) pairs are left out of its examples and their
     neighbours (there are none in the seed set: a guard, not a filter)."""
-    from dreamgym.jobs.sim_default import train_on_store
+    from dreamgym.jobs.sim_default import train_checked, train_on_store
     from dreamgym.replay import LmdbReplayStore
 
     recipe = {
@@ -296,21 +300,22 @@ async def _train_experience_model(settings: DemoSettings) -> Path:
         "train_seeds": list(settings.train_seeds),
         "held_out_seeds": list(settings.held_out_seeds),
     }
+    target = settings.out / "experience-model"
+    training, template = demo_sim_training(settings), demo_sim_template(settings)
     async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
-        return await train_on_store(
-            store,
-            settings.out / "experience-model",
-            demo_sim_training(settings),
-            held_out=held_out_pairs(settings),
-            recipe=recipe,
-            judge=settings.outcome_judge,
-        )
+        if settings.sim_builds == 1:
+            return await train_on_store(store, target, training, held_out=held_out_pairs(settings), recipe=recipe,
+                                        judge=settings.outcome_judge, template=template)  # fmt: skip
+        kept, _ = await train_checked(store, target, training, builds=settings.sim_builds,
+                                      held_out=held_out_pairs(settings), recipe=recipe,
+                                      judge=settings.outcome_judge, template=template)  # fmt: skip
+        return kept
 
 
 async def _ground(settings: DemoSettings, sim_dir: Path) -> dict[str, Any]:
     """Phase 2: embed the seed set (the model's retrieval corpus) and load the model to check it answers from it."""
     from dreamgym.replay import LmdbReplayStore
-    from dreamgym.simulator import load_experience_model
+    from dreamgym.simulator import load_experience_model, read_metadata
 
     async with LmdbReplayStore(settings.store_dir, embedder=settings.embedder) as store:
         await store.flush()
@@ -321,7 +326,9 @@ async def _ground(settings: DemoSettings, sim_dir: Path) -> dict[str, Any]:
         "demo: %d real transitions embedded (%s) for %s to retrieve, %d per prediction",
         stats.vectors, stats.embedder, model.model_id, template.neighbours,
     )  # fmt: skip
-    return {"vectors": stats.vectors, "experience_model": model.model_id, "embedder": stats.embedder}
+    grounding = {"vectors": stats.vectors, "experience_model": model.model_id, "embedder": stats.embedder}
+    checks = read_metadata(sim_dir).get("checks")
+    return grounding | ({"experience_model_checks": checks} if checks else {})
 
 
 async def _evaluate(settings: DemoSettings, weights: PolicyWeights, label: str) -> EvalResult:

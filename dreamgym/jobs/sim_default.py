@@ -24,6 +24,8 @@ model's metadata so evaluations keep away from its training data.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import random
 import shutil
@@ -52,13 +54,18 @@ from dreamgym.offline import cache_dir
 from dreamgym.replay import LmdbReplayStore
 from dreamgym.runtime import GroupSpec, Runtime, RuntimeConfig
 from dreamgym.simulator import (
+    METADATA_FILE,
+    BuildCheck,
+    CheckConfig,
     ScratchModelConfig,
     SFTExample,
     SimTrainConfig,
     TemplateConfig,
     answer_text,
     build_sft_examples,
+    check_build,
     fit_store_judge,
+    load_experience_model,
     read_metadata,
     recipe_changes,
     train_experience_model,
@@ -76,8 +83,10 @@ __all__ = [
     "ensure_held_out",
     "held_out_pairs",
     "held_out_store_dir",
+    "kept_build",
     "no_op_answer",
     "outdated",
+    "train_checked",
     "train_on_store",
     "warn_if_outdated",
 ]
@@ -299,6 +308,71 @@ async def train_on_store(
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target
+
+
+async def train_checked(
+    store: LmdbReplayStore,
+    target: Path,
+    config: SimTrainConfig,
+    *,
+    builds: int,
+    check: CheckConfig | None = None,
+    held_out: Sequence[tuple[str, int | None]],
+    recipe: Mapping[str, object],
+    judge: bool = True,
+    template: TemplateConfig = DEFAULT_TEMPLATE,
+    exclude_episodes: Sequence[str] = (),
+) -> tuple[Path, list[dict[str, object]]]:
+    """:func:`train_on_store`, then :func:`~dreamgym.simulator.check_build` on the seed set it trained on; while
+    the build fails the check, train again with the next training seed (``config.seed + 1``, ...), at most
+    ``builds`` builds in all.
+
+    The first build that passes is kept at ``target``; where none does, the one whose worst task answered the
+    most first answers clean (the earliest of equals). The other builds are deleted. Returns the kept model and
+    every build's check (its training seed, ``kept``, and :meth:`~dreamgym.simulator.BuildCheck.as_dict`'s
+    fields), also written into the kept model's metadata (``checks``). With ``builds`` 1 the one build is
+    checked and kept whatever its check says.
+    """
+    if builds < 1:
+        raise ValueError(f"builds must be at least 1, got {builds}")
+    check = check or CheckConfig()
+    checks: list[tuple[Path, BuildCheck, int]] = []
+    for attempt in range(builds):
+        seed = config.seed + attempt
+        built = target.with_name(f"{target.name}.build{attempt}")
+        await train_on_store(
+            store, built, dataclasses.replace(config, seed=seed), held_out=held_out, judge=judge, template=template,
+            exclude_episodes=exclude_episodes, recipe={**recipe, "seed": seed},
+        )  # fmt: skip
+        model = load_experience_model(built, store=store, judge=judge)
+        try:
+            result = await check_build(model, store, check, exclude_task_seeds=held_out,
+                                       exclude_episodes=exclude_episodes)  # fmt: skip
+        finally:
+            await model.backend.aclose()
+        log.info("experience model, training seed %d: worst task %.3f of first answers clean on the seed set (%s)",
+                 seed, result.worst, "passed" if result.passed else f"below {check.min_clean}")  # fmt: skip
+        checks.append((built, result, seed))
+        if result.passed:
+            break
+    kept = kept_build([result for _, result, _ in checks])
+    report = [{"seed": seed, "kept": n == kept, **result.as_dict()} for n, (_, result, seed) in enumerate(checks)]
+    metadata_path = checks[kept][0] / METADATA_FILE
+    metadata = json.loads(metadata_path.read_text())
+    metadata_path.write_text(json.dumps({**metadata, "checks": report}, indent=1))
+    shutil.rmtree(target, ignore_errors=True)
+    checks[kept][0].rename(target)
+    for n, (built, _, _) in enumerate(checks):
+        if n != kept:
+            shutil.rmtree(built, ignore_errors=True)
+    return target, report
+
+
+def kept_build(checks: Sequence[BuildCheck]) -> int:
+    """Which of a run's checked builds :func:`train_checked` keeps: the first that passed, else the one whose worst
+    task is best (the earliest of equals)."""
+    passed = [n for n, check in enumerate(checks) if check.passed]
+    return passed[0] if passed else max(range(len(checks)), key=lambda n: (checks[n].worst, -n))
 
 
 NO_OP_SHARE = 0.2

@@ -18,6 +18,7 @@ replay store; never on the bridge.
 - Curriculum: task values from group rewards, variations, the λ-capped pool.
 """
 
+from dreamgym.simulator._build_check import BuildCheck, CheckConfig, check_build
 from dreamgym.simulator._curriculum import (
     VARIATION_TEMPLATE_ID,
     CurriculumConfig,
@@ -106,6 +107,8 @@ __all__ = [
     "STRUCTURED_OUTPUTS",
     "TEXT_ROLES",
     "VARIATION_TEMPLATE_ID",
+    "BuildCheck",
+    "CheckConfig",
     "CopyTopRetrieved",
     "CurriculumConfig",
     "CurriculumStats",
@@ -137,6 +140,7 @@ __all__ = [
     "as_recorded",
     "build_sft_examples",
     "call_cache_key",
+    "check_build",
     "checked_page",
     "examples_digest",
     "fit_judge",

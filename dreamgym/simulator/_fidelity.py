@@ -213,13 +213,17 @@ async def teacher_forced_queries(
     store: ReplayStore | None,
     neighbours: int = 3,
     exclude_task_seeds: Sequence[tuple[str, int | None]] = (),
+    exclude_own_seed: bool = False,
+    exclude_episodes: Sequence[str] = (),
 ) -> list[tuple[Step, ExperienceQuery]]:
     """One query per real step: its task, its episode's real history, its state and action, and retrieval.
 
     Steps are grouped by episode and ordered by step index (the history of a
     step is the steps of its episode before it). Retrieval returns real
     transitions of the step's site, never its own episode nor a pair of
-    ``exclude_task_seeds``.
+    ``exclude_task_seeds``; with ``exclude_own_seed``, nor a transition of the
+    step's own (task, seed) (another episode from the same start page, where
+    the store holds several), nor one of ``exclude_episodes``.
     """
     by_episode: dict[str, list[Step]] = {}
     for step in steps:
@@ -243,7 +247,9 @@ async def teacher_forced_queries(
             found = tuple(
                 await store.nearest(
                     vectors[row], neighbours, source="real", site=step.site or None,
-                    exclude_episodes=(step.episode_id,), exclude_task_seeds=exclude_task_seeds,
+                    exclude_episodes=(step.episode_id, *exclude_episodes),
+                    exclude_task_seeds=(*exclude_task_seeds, (step.task_id, step.seed)) if exclude_own_seed
+                    else exclude_task_seeds,
                 )
             )  # fmt: skip
         task = Task(task_id=step.task_id, instruction=goal, site=step.site)
