@@ -76,7 +76,7 @@ async def check(kept: Path, out: Path, model_dir: Path) -> Any:
     async with LmdbReplayStore(out / "store", embedder=settings.embedder, config=StoreConfig(auto_index=False),
                                readonly=True) as store:  # fmt: skip
         later = [e[0].episode_id for e in await real_episodes(store) if e[0].policy_id not in builds.SCRIPTED]
-        model = load_experience_model(model_dir, store=store)
+        model = load_experience_model(model_dir)
         result = await check_build(model, store, CheckConfig(), exclude_task_seeds=held_out_pairs(settings),
                                    exclude_episodes=later)  # fmt: skip
     return result

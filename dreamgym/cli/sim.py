@@ -26,7 +26,7 @@ __all__ = ["add_sim_commands"]
 
 
 def add_sim_commands(commands: Any) -> None:
-    """Register ``sim train``, ``sim build-default`` and ``sim eval`` on the CLI's subparsers."""
+    """Register ``sim train``, ``sim build-default``, ``sim eval`` and ``sim check`` on the CLI's subparsers."""
     sim = commands.add_parser("sim", help="train, build and evaluate experience models")
     sub = sim.add_subparsers(title="sim commands", metavar="ACTION", required=True)
 
@@ -113,6 +113,60 @@ def add_sim_commands(commands: Any) -> None:
     add_served_sim_arguments(evaluate, "--model")
     add_config_file_option(evaluate)
     evaluate.set_defaults(run=_run_eval)
+
+    check = sub.add_parser("check", help="a build's greedy first answers on the store it trained on, per task; "
+                           "exit 3 below the bar")  # fmt: skip
+    check.add_argument("store", type=Path, help="the store the model trained on (its real episodes are asked)")
+    check.add_argument("--model", type=Path, required=True, help="the experience model's directory")
+    check.add_argument("--steps-per-task", type=int, default=80, help="most steps asked per task")
+    check.add_argument("--every", type=int, default=3, help="ask every N-th real episode of a task")
+    check.add_argument("--min-clean", type=float, default=0.975,
+                       help="share of first answers applied as written that every task must reach")  # fmt: skip
+    check.add_argument("--hold-out", action="append", default=[], metavar="TASK[:SEED]",
+                       help="also keep a (task, seed) out of the steps asked and retrieval (the model's own "
+                            "held-out pairs always are); repeatable")  # fmt: skip
+    check.add_argument("--json", action="store_true", help="print the check as one JSON object")
+    add_config_file_option(check)
+    check.set_defaults(run=_run_check)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    """``sim check``: :func:`dreamgym.simulator.check_build` from the command line; exit 3 when the build fails the
+    bar (1 is an error's, 2 a usage error's)."""
+    import anyio
+
+    from dreamgym.core.errors import UsageError
+    from dreamgym.simulator import CheckConfig, check_build, load_experience_model, read_metadata
+
+    if not args.model.is_dir():
+        raise UsageError(f"--model {args.model}: no model directory there")
+    config = CheckConfig(steps_per_task=args.steps_per_task, every=args.every, min_clean=args.min_clean)
+    held_out = [
+        *hold_outs(args.hold_out),
+        *((task, seed) for task, seed in read_metadata(args.model).get("held_out", [])),
+    ]
+
+    async def go() -> Any:
+        async with open_store(args.store, readonly=True) as store:
+            model = load_experience_model(args.model)  # no call cache: the store stays read-only
+            return await check_build(model, store, config, exclude_task_seeds=held_out)
+
+    result = anyio.run(go)
+    if args.json:
+        print(json.dumps(result.as_dict()))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{args.model} on {args.store}: first answers applied as written (bar {config.min_clean})")
+        for column in ("task", "asked", "clean", "share", "unusable"):
+            table.add_column(column)
+        for task_id, asked in result.asked.items():
+            table.add_row(task_id, str(asked), str(result.clean[task_id]), f"{result.share(task_id):.3f}",
+                          str(result.unusable.get(task_id, 0)))  # fmt: skip
+        Console().print(table)
+        print(f"{'passed' if result.passed else 'failed'}: worst task {result.worst:.3f}", file=sys.stderr)
+    return 0 if result.passed else 3
 
 
 def _real_steps(store: Any) -> list[Any]:

@@ -344,7 +344,7 @@ async def train_checked(
             store, built, dataclasses.replace(config, seed=seed), held_out=held_out, judge=judge, template=template,
             exclude_episodes=exclude_episodes, recipe={**recipe, "seed": seed},
         )  # fmt: skip
-        model = load_experience_model(built, store=store, judge=judge)
+        model = load_experience_model(built, judge=judge)  # no call cache in the store: its answers are not kept
         try:
             result = await check_build(model, store, check, exclude_task_seeds=held_out,
                                        exclude_episodes=exclude_episodes)  # fmt: skip
