@@ -337,35 +337,46 @@ async def train_checked(
         raise ValueError(f"builds must be at least 1, got {builds}")
     check = check or CheckConfig()
     checks: list[tuple[Path, BuildCheck, int]] = []
-    for attempt in range(builds):
-        seed = config.seed + attempt
-        built = target.with_name(f"{target.name}.build{attempt}")
-        await train_on_store(
-            store, built, dataclasses.replace(config, seed=seed), held_out=held_out, judge=judge, template=template,
-            exclude_episodes=exclude_episodes, recipe={**recipe, "seed": seed},
-        )  # fmt: skip
-        model = load_experience_model(built, judge=judge)  # no call cache in the store: its answers are not kept
-        try:
-            result = await check_build(model, store, check, exclude_task_seeds=held_out,
-                                       exclude_episodes=exclude_episodes)  # fmt: skip
-        finally:
-            await model.backend.aclose()
-        log.info("experience model, training seed %d: worst task %.3f of first answers clean on the seed set (%s)",
-                 seed, result.worst, "passed" if result.passed else f"below {check.min_clean}")  # fmt: skip
-        checks.append((built, result, seed))
-        if result.passed:
-            break
-    kept = kept_build([result for _, result, _ in checks])
-    report = [{"seed": seed, "kept": n == kept, **result.as_dict()} for n, (_, result, seed) in enumerate(checks)]
-    metadata_path = checks[kept][0] / METADATA_FILE
-    metadata = json.loads(metadata_path.read_text())
-    metadata_path.write_text(json.dumps({**metadata, "checks": report}, indent=1))
-    shutil.rmtree(target, ignore_errors=True)
-    checks[kept][0].rename(target)
-    for n, (built, _, _) in enumerate(checks):
-        if n != kept:
-            shutil.rmtree(built, ignore_errors=True)
+    try:
+        for attempt in range(builds):
+            seed = config.seed + attempt
+            built = target.with_name(f"{target.name}.build{attempt}")
+            await train_on_store(
+                store, built, dataclasses.replace(config, seed=seed), held_out=held_out, judge=judge,
+                template=template, exclude_episodes=exclude_episodes, recipe={**recipe, "seed": seed},
+            )  # fmt: skip
+            checks.append((built, await _check(built, store, check, judge, held_out, exclude_episodes), seed))
+            log.info("experience model, training seed %d: worst task %.3f of first answers clean on the seed set "
+                     "(%s)", seed, checks[-1][1].worst,
+                     "passed" if checks[-1][1].passed else f"below {check.min_clean}")  # fmt: skip
+            if checks[-1][1].passed:
+                break
+        kept = kept_build([result for _, result, _ in checks])
+        report = [{"seed": seed, "kept": n == kept, **result.as_dict()} for n, (_, result, seed) in enumerate(checks)]
+        metadata_path = checks[kept][0] / METADATA_FILE
+        metadata = json.loads(metadata_path.read_text())
+        metadata_path.write_text(json.dumps({**metadata, "checks": report}, indent=1))
+        shutil.rmtree(target, ignore_errors=True)
+        checks[kept][0].rename(target)
+    finally:  # the builds not kept, or every build where the run was cut short
+        for attempt in range(builds):
+            shutil.rmtree(target.with_name(f"{target.name}.build{attempt}"), ignore_errors=True)
     return target, report
+
+
+async def _check(
+    built: Path,
+    store: LmdbReplayStore,
+    check: CheckConfig,
+    judge: bool,
+    held_out: Sequence[tuple[str, int | None]],
+    exclude_episodes: Sequence[str],
+) -> BuildCheck:
+    model = load_experience_model(built, judge=judge)  # no call cache in the store: its answers are not kept
+    try:
+        return await check_build(model, store, check, exclude_task_seeds=held_out, exclude_episodes=exclude_episodes)
+    finally:
+        await model.backend.aclose()
 
 
 def kept_build(checks: Sequence[BuildCheck]) -> int:
