@@ -66,8 +66,9 @@ def meets_bar(task_rows: dict[str, dict[str, Any]]) -> bool:
 
 
 async def check(kept: Path, out: Path, model_dir: Path) -> Any:
-    """The library's check of one build, as phase 2 runs it, on a copy of the kept demo's store: its seed set
-    asked and retrieved (every later episode left out), the held-out pairs left out."""
+    """The library's check of one build, as phase 2 runs it: the kept demo's demonstrations (``demonstration_seeds``,
+    pages the build never trained on) asked, a copy of its store's seed set retrieved (every later episode left
+    out), the held-out pairs left out."""
     from dreamgym.jobs._demo_settings import held_out_pairs
     from dreamgym.replay import LmdbReplayStore, StoreConfig
     from dreamgym.simulator import CheckConfig, check_build, load_experience_model, real_episodes
@@ -76,9 +77,11 @@ async def check(kept: Path, out: Path, model_dir: Path) -> Any:
     async with LmdbReplayStore(out / "store", embedder=settings.embedder, config=StoreConfig(auto_index=False),
                                readonly=True) as store:  # fmt: skip
         later = [e[0].episode_id for e in await real_episodes(store) if e[0].policy_id not in builds.SCRIPTED]
+        async with LmdbReplayStore(settings.demonstrations_dir, readonly=True) as shown:
+            demonstrations = await real_episodes(shown)
         model = load_experience_model(model_dir)
         result = await check_build(model, store, CheckConfig(), exclude_task_seeds=held_out_pairs(settings),
-                                   exclude_episodes=later)  # fmt: skip
+                                   exclude_episodes=later, episodes=demonstrations)  # fmt: skip
     return result
 
 

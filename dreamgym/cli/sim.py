@@ -116,10 +116,13 @@ def add_sim_commands(commands: Any) -> None:
 
     check = sub.add_parser("check", help="a build's greedy first answers on the store it trained on, per task; "
                            "exit 3 below the bar")  # fmt: skip
-    check.add_argument("store", type=Path, help="the store the model trained on (its real episodes are asked)")
+    check.add_argument("store", type=Path, help="the store the model trained on and retrieves from")
     check.add_argument("--model", type=Path, required=True, help="the experience model's directory")
-    check.add_argument("--steps-per-task", type=int, default=80, help="most steps asked per task")
-    check.add_argument("--every", type=int, default=3, help="ask every N-th real episode of a task")
+    check.add_argument("--episodes", type=Path, default=None,
+                       help="a store of real episodes on pages the model never trained on, to ask (default: "
+                            "STORE's own, the seed set it trained on: a weaker check)")  # fmt: skip
+    check.add_argument("--steps-per-task", type=int, default=120, help="most steps asked per task")
+    check.add_argument("--every", type=int, default=1, help="ask every N-th real episode of a task")
     check.add_argument("--min-clean", type=float, default=0.975,
                        help="share of first answers applied as written that every task must reach")  # fmt: skip
     check.add_argument("--hold-out", action="append", default=[], metavar="TASK[:SEED]",
@@ -147,9 +150,16 @@ def _run_check(args: argparse.Namespace) -> int:
     ]
 
     async def go() -> Any:
-        async with open_store(args.store, readonly=True) as store:
+        from dreamgym.simulator import real_episodes
+
+        async with AsyncExitStack() as stack:
+            store = await stack.enter_async_context(open_store(args.store, readonly=True))
+            episodes = None
+            if args.episodes is not None and args.episodes.resolve() != args.store.resolve():
+                asked = await stack.enter_async_context(open_store(args.episodes, readonly=True))
+                episodes = await real_episodes(asked)
             model = load_experience_model(args.model)  # no call cache: the store stays read-only
-            return await check_build(model, store, config, exclude_task_seeds=held_out)
+            return await check_build(model, store, config, exclude_task_seeds=held_out, episodes=episodes)
 
     result = anyio.run(go)
     if args.json:

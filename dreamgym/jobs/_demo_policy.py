@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from dreamgym.core.types import Step
     from dreamgym.trainer import Refit
 
-__all__ = ["TRAINING_SKIPPED", "PolicyWeights", "TrainOutcome", "prepare_policy", "train_policy", "training_record"]
+__all__ = ["TRAINING_SKIPPED", "PolicyWeights", "TrainOutcome", "collect_demonstrations", "prepare_policy",
+           "train_policy", "training_record"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,13 @@ class TrainOutcome:
     """Logs the demo's own figures as the trainer logs its own (:meth:`~dreamgym.trainer.Trainer.report`)."""
 
 
-def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWeights, dict[str, Any]]:
+def prepare_policy(
+    settings: DemoSettings, given: Path | None, *, collect: bool = True
+) -> tuple[PolicyWeights, dict[str, Any]]:
     """Phase 3: the policy, before any RL: a tiny index policy whose tokenizer learns the seed set's pages (or
-    the given model, with label tokens), behaviour-cloned on the seed set's demonstrator episodes
-    (``warm_epochs``), saved under ``out/policy``. Returns it and what the warm start did."""
+    the given model, with label tokens), behaviour-cloned on the seed set's demonstrator episodes and those of
+    ``demonstration_seeds`` (``warm_epochs``; collected here unless ``collect`` is false: phase 1 did,
+    :func:`collect_demonstrations`), saved under ``out/policy``. Returns it and what the warm start did."""
     import torch
 
     from dreamgym.agents import add_index_tokens
@@ -87,7 +91,7 @@ def prepare_policy(settings: DemoSettings, given: Path | None) -> tuple[PolicyWe
     from dreamgym.trainer import WarmStartConfig, demonstrations, tiny_index_policy, warm_start
 
     torch.manual_seed(settings.seed)
-    episodes = anyio.run(_demonstrator_episodes, settings)
+    episodes = anyio.run(_demonstrator_episodes if collect else _stored_demonstrations, settings)
     tasks = {task.task_id: task for task in demo_tasks(settings)}
     if given is None:
         pages = [(tasks[step.task_id], page) for episode in episodes for step in episode
@@ -134,6 +138,14 @@ async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
     The order is the stores' contents', not the order collection finished them in (two browser contexts finish
     in any order): the tokenizer and the cloning batches are drawn from this list, so one seed gives one warm
     start."""
+    await collect_demonstrations(settings)
+    return await _stored_demonstrations(settings)
+
+
+async def collect_demonstrations(settings: DemoSettings) -> None:
+    """The demonstrator's episodes of ``demonstration_seeds``, collected afresh into their own store (none where
+    there are no such seeds). The experience model never trains on nor retrieves them: phase 2 checks its build on
+    them, pages it has not seen."""
     from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import HashingEmbedder, LmdbReplayStore, StoreConfig
 
@@ -145,7 +157,6 @@ async def _demonstrator_episodes(settings: DemoSettings) -> list[list[Step]]:
             settings.demonstrations_dir, embedder=HashingEmbedder(64), config=StoreConfig(auto_index=False)
         ) as extra:
             await collect_miniwob(extra, plan)
-    return await _stored_demonstrations(settings)
 
 
 async def _stored_demonstrations(settings: DemoSettings) -> list[list[Step]]:

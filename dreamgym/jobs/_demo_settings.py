@@ -110,9 +110,10 @@ class DemoSettings:
     unused with ``sim_model``)."""
     sim_builds: int = 1
     """Most builds of the demo-size experience model phase 2 trains (unused with ``sim_model``). Above 1, each
-    build is checked on its seed set (:func:`dreamgym.simulator.check_build`, about a minute) and the next
-    training seed trained while it fails (:func:`dreamgym.jobs.sim_default.train_checked`); the report's
-    ``models.experience_model_checks`` holds every check. 1: one build, unchecked."""
+    build is checked (:func:`dreamgym.simulator.check_build`, under a minute) on the demonstrations of
+    ``demonstration_seeds`` (pages it never trained on; without them, on its seed set) and the next training seed
+    trained while it fails (:func:`dreamgym.jobs.sim_default.train_checked`); the report's
+    ``experience_model_checks`` holds every check. 1: one build, unchecked."""
     outcome_judge: bool = True
     """Fit an outcome judge (:class:`dreamgym.simulator.OutcomeJudge`) beside the demo-size experience model and
     each refit, so that its rewards and ends are the judge's (unused with ``sim_model``, whose directory decides).

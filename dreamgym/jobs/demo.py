@@ -64,6 +64,7 @@ from dreamgym.jobs._demo_policy import (
     TRAINING_SKIPPED,
     PolicyWeights,
     TrainOutcome,
+    collect_demonstrations,
     prepare_policy,
     train_policy,
     training_record,
@@ -165,7 +166,7 @@ def run_demo(settings: DemoSettings) -> DemoReport:
         grounding["experience_model_kind"] = "given" if given_sim else "demo-size"
         seed_set = {**seed_set, "vectors": grounding.pop("vectors")}
         checks = tuple(grounding.pop("experience_model_checks", ()))
-        weights, warm = phase("3 policy", lambda: prepare_policy(settings, given_policy))
+        weights, warm = phase("3 policy", lambda: prepare_policy(settings, given_policy, collect=False))
         before = phase("4 evaluate before", lambda: anyio.run(_evaluate, settings, weights, "before"))
         held_out, fidelity = phase(
             "4 simulator on held-out steps", lambda: anyio.run(_held_out_fidelity, settings, sim_dir)
@@ -259,7 +260,8 @@ def policy_model_dir(settings: DemoSettings) -> Path | None:
 
 async def _collect(settings: DemoSettings) -> dict[str, int]:
     """Phase 1: a demonstrator, ``explorers`` random and ``near_misses`` near-miss episodes per (task,
-    training seed), real, into the store."""
+    training seed), real, into the store; then the demonstrator's episodes of ``demonstration_seeds`` into their
+    own store (the warm start's, and phase 2's check of its experience model)."""
     from dreamgym.jobs.sim_default import CollectPlan, collect_miniwob
     from dreamgym.replay import LmdbReplayStore, StoreConfig
 
@@ -278,6 +280,7 @@ async def _collect(settings: DemoSettings) -> dict[str, int]:
         steps = await collect_miniwob(store, plan)
         episodes = [e for name in settings.tasks for e in await _task_episodes(store, f"miniwob/{name}")]
     log.info("demo: seed set of %d real steps in %d episodes", steps, len(episodes))
+    await collect_demonstrations(settings)
     return {"steps": steps, "episodes": len(episodes), "successes": sum(e.success for e in episodes)}
 
 
@@ -307,9 +310,21 @@ async def _train_experience_model(settings: DemoSettings) -> Path:
             return await train_on_store(store, target, training, held_out=held_out_pairs(settings), recipe=recipe,
                                         judge=settings.outcome_judge, template=template)  # fmt: skip
         kept, _ = await train_checked(store, target, training, builds=settings.sim_builds,
-                                      held_out=held_out_pairs(settings), recipe=recipe,
-                                      judge=settings.outcome_judge, template=template)  # fmt: skip
+                                      held_out=held_out_pairs(settings), recipe=recipe, judge=settings.outcome_judge,
+                                      template=template, check_episodes=await _demonstrations(settings))  # fmt: skip
         return kept
+
+
+async def _demonstrations(settings: DemoSettings) -> list[list[Any]] | None:
+    """The demonstrator's episodes of ``demonstration_seeds`` (pages the experience model never sees), or ``None``
+    where there are none: phase 2 then checks its builds on the seed set."""
+    from dreamgym.replay import LmdbReplayStore
+    from dreamgym.simulator import real_episodes
+
+    if not settings.demonstration_seeds:
+        return None
+    async with LmdbReplayStore(settings.demonstrations_dir, readonly=True) as store:
+        return await real_episodes(store)
 
 
 async def _ground(settings: DemoSettings, sim_dir: Path) -> dict[str, Any]:

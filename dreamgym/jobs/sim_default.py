@@ -49,7 +49,7 @@ from dreamgym.bridge import (
     NearMissDemonstrator,
 )
 from dreamgym.core.protocols import Embedder, Policy
-from dreamgym.core.types import Observation
+from dreamgym.core.types import Observation, Step
 from dreamgym.offline import cache_dir
 from dreamgym.replay import LmdbReplayStore
 from dreamgym.runtime import GroupSpec, Runtime, RuntimeConfig
@@ -322,10 +322,11 @@ async def train_checked(
     judge: bool = True,
     template: TemplateConfig = DEFAULT_TEMPLATE,
     exclude_episodes: Sequence[str] = (),
+    check_episodes: Sequence[Sequence[Step]] | None = None,
 ) -> tuple[Path, list[dict[str, object]]]:
-    """:func:`train_on_store`, then :func:`~dreamgym.simulator.check_build` on the seed set it trained on; while
-    the build fails the check, train again with the next training seed (``config.seed + 1``, ...), at most
-    ``builds`` builds in all.
+    """:func:`train_on_store`, then :func:`~dreamgym.simulator.check_build` on ``check_episodes`` (real episodes
+    on pages it never trained on; default: the store's seed set it trained on); while the build fails the check,
+    train again with the next training seed (``config.seed + 1``, ...), at most ``builds`` builds in all.
 
     The first build that passes is kept at ``target``; where none does, the one whose worst task answered the
     most first answers clean (the earliest of equals). The other builds are deleted. Returns the kept model and
@@ -345,7 +346,8 @@ async def train_checked(
                 store, built, dataclasses.replace(config, seed=seed), held_out=held_out, judge=judge,
                 template=template, exclude_episodes=exclude_episodes, recipe={**recipe, "seed": seed},
             )  # fmt: skip
-            checks.append((built, await _check(built, store, check, judge, held_out, exclude_episodes), seed))
+            result = await _check(built, store, check, judge, held_out, exclude_episodes, check_episodes)
+            checks.append((built, result, seed))
             log.info("experience model, training seed %d: worst task %.3f of first answers clean on the seed set "
                      "(%s)", seed, checks[-1][1].worst,
                      "passed" if checks[-1][1].passed else f"below {check.min_clean}")  # fmt: skip
@@ -371,10 +373,12 @@ async def _check(
     judge: bool,
     held_out: Sequence[tuple[str, int | None]],
     exclude_episodes: Sequence[str],
+    episodes: Sequence[Sequence[Step]] | None,
 ) -> BuildCheck:
     model = load_experience_model(built, judge=judge)  # no call cache in the store: its answers are not kept
     try:
-        return await check_build(model, store, check, exclude_task_seeds=held_out, exclude_episodes=exclude_episodes)
+        return await check_build(model, store, check, exclude_task_seeds=held_out, exclude_episodes=exclude_episodes,
+                                 episodes=episodes)  # fmt: skip
     finally:
         await model.backend.aclose()
 

@@ -55,7 +55,7 @@ SKIPPED = (
             "tests/bridge/test_any_site_cli.py::test_every_job_on_a_users_own_site_with_the_same_task_arguments"),
     Skipped(r"^dreamgym sim build-default|^make sim-default", "builds the offline default: 16 minutes on 2 cores",
             "tests/simulator/test_sim_default.py::test_build_default_keeps_a_model_of_its_recipe_and_rebuilds_one_of_another_keeping_the_old"),
-    Skipped(r"^dreamgym sim (train|eval|check)\b", "trains, or runs, an experience model on a full store: minutes of CPU",
+    Skipped(r"^dreamgym sim (train|eval|check)\b", "trains or runs an experience model on a full store: minutes of CPU",
             "tests/simulator/test_sim_cli.py::test_sim_train_then_eval_beside_the_baselines"),
     Skipped(r"^dreamgym validate\b", "runs an experience model on every step it validates: minutes of CPU",
             "tests/validate/test_validate_cli.py::test_validate_on_miniwob_with_a_model_trained_on_it"),

@@ -48,6 +48,21 @@ async def test_the_check_counts_clean_first_answers_per_task_on_every_third_epis
     assert dataclasses.replace(result, min_clean=0.5).passed
 
 
+async def test_the_check_asks_episodes_it_is_given_on_pages_the_store_has_not_seen(tmp_path: Path) -> None:
+    backend = ScriptedBackend(_clean_unless_submit)
+    model = LLMExperienceModel(backend, config=ExperienceModelConfig(template=TOY_TEMPLATE))
+    async with open_store(tmp_path / "unseen") as other:
+        await fill_toy_store(other, range(10, 13))  # 6 episodes of seeds the model's store does not hold
+        unseen = await real_episodes(other)
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(4))
+        result = await check_build(model, store, CheckConfig(), episodes=unseen)
+    assert dict(result.asked) == {"toy/form": 12} and dict(result.clean) == {"toy/form": 6}
+    asked_goals = {line for messages, _ in backend.calls for line in messages[-1].content.splitlines() if
+                   line.startswith("[e1] generic: Enter")}  # fmt: skip
+    assert asked_goals and all(any(name in goal for name in ("Cyd", "Dee", "Eli")) for goal in asked_goals)
+
+
 async def test_the_check_asks_at_most_its_steps_per_task_and_refuses_a_store_without_episodes(tmp_path: Path) -> None:
     async with open_store(tmp_path / "store") as store:
         await fill_toy_store(store, range(4))

@@ -58,22 +58,24 @@ def test_sim_train_then_eval_beside_the_baselines(tmp_path: Path) -> None:
                     "--held-out", "toy/form:0", "--limit", "1")  # fmt: skip
     assert {json.loads(line)["name"] for line in same.stdout.splitlines()} == set(rows)
     _eval_takes_its_steps_only_from_what_it_is_given(tmp_path, train, held, str(tmp_path / "model"))
-    _check_asks_the_store_it_trained_on(tmp_path, train, str(tmp_path / "model"))
+    _check_asks_the_store_it_trained_on(tmp_path, train, held, str(tmp_path / "model"))
 
 
-def _check_asks_the_store_it_trained_on(tmp_path: Path, train: Path, model: str) -> None:
+def _check_asks_the_store_it_trained_on(tmp_path: Path, train: Path, held: Path, model: str) -> None:
     # two optimizer steps answer nothing clean: the build fails the bar, exit 3 (1 is an error's)
     failed = dreamgym("sim", "check", str(train), "--model", model, "--json", check=False)
     assert failed.returncode == 3, failed.stderr
     result = json.loads(failed.stdout)
-    # the model's held-out seed 3 is neither asked nor retrieved: episodes 0 and 3 of the other six, two steps each
+    # the model's held-out seed 3 is neither asked nor retrieved: the other six episodes, two steps each
     assert result["tasks"] == {
-        "toy/form": {"asked": 4, "clean": 0, "unusable": result["tasks"]["toy/form"]["unusable"]}
+        "toy/form": {"asked": 12, "clean": 0, "unusable": result["tasks"]["toy/form"]["unusable"]}
     }
     assert result["passed"] is False and result["min_clean"] == 0.975
     passed = dreamgym("sim", "check", str(train), "--model", model, "--min-clean", "0", "--every", "1",
                       "--steps-per-task", "3")  # fmt: skip
     assert "toy/form" in passed.stdout and "passed: worst task 0.000" in passed.stderr
+    unseen = dreamgym("sim", "check", str(train), "--model", model, "--episodes", str(held), "--json", check=False)
+    assert json.loads(unseen.stdout)["tasks"]["toy/form"]["asked"] == 8  # the held store's four episodes
     for argv, says, code in (
         (("--model", model, "--min-clean", "2"), "min_clean must be within [0, 1]", 1),
         (("--model", str(tmp_path / "nope")), "no model directory", 2),
