@@ -348,10 +348,10 @@ async def train_checked(
             )  # fmt: skip
             result = await _check(built, store, check, judge, held_out, exclude_episodes, check_episodes)
             checks.append((built, result, seed))
-            log.info("experience model, training seed %d: worst task %.3f of first answers clean on the seed set "
-                     "(%s)", seed, checks[-1][1].worst,
-                     "passed" if checks[-1][1].passed else f"below {check.min_clean}")  # fmt: skip
-            if checks[-1][1].passed:
+            where = "the seed set" if check_episodes is None else "the check's episodes"
+            log.info("experience model, training seed %d: worst task %.3f of first answers clean on %s (%s)", seed,
+                     result.worst, where, "passed" if result.passed else f"below {check.min_clean}")  # fmt: skip
+            if result.passed:
                 break
         kept = kept_build([result for _, result, _ in checks])
         report = [{"seed": seed, "kept": n == kept, **result.as_dict()} for n, (_, result, seed) in enumerate(checks)]
