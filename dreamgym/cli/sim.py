@@ -114,7 +114,7 @@ def add_sim_commands(commands: Any) -> None:
     add_config_file_option(evaluate)
     evaluate.set_defaults(run=_run_eval)
 
-    check = sub.add_parser("check", help="a build's greedy first answers on the store it trained on, per task; "
+    check = sub.add_parser("check", help="a build's greedy first answers to real steps, teacher-forced, per task; "
                            "exit 3 below the bar")  # fmt: skip
     check.add_argument("store", type=Path, help="the store the model trained on and retrieves from")
     check.add_argument("--model", type=Path, required=True, help="the experience model's directory")

@@ -44,7 +44,7 @@ __all__ = ["BuildCheck", "CheckConfig", "check_build"]
 
 @dataclass(frozen=True)
 class CheckConfig:
-    """Which seed-set steps :func:`check_build` asks and what a build must answer clean to pass."""
+    """Which real steps :func:`check_build` asks and what a build must answer clean to pass."""
 
     steps_per_task: int = 120
     """Most steps asked per task (the demo's four tasks: under a minute on 2 cores for the demo-size model)."""
@@ -63,7 +63,7 @@ class CheckConfig:
 
 @dataclass(frozen=True)
 class BuildCheck:
-    """One build's answers on its seed set: per task, steps asked and first answers applied as written."""
+    """One build's answers to the steps asked: per task, steps asked and first answers applied as written."""
 
     asked: Mapping[str, int]
     clean: Mapping[str, int]
