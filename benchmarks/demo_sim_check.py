@@ -145,6 +145,7 @@ def main() -> int:
         return checks[seed], scores[seed]
 
     rows: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     kept_rows: list[dict[str, dict[str, Any]]] = []
     first_rows: list[dict[str, dict[str, Any]]] = []
     trained: list[int] = []
@@ -160,9 +161,9 @@ def main() -> int:
         trained.append(len(run_checks))
         per_task = {task: {key: row[key] for key in BAR} for task, row in scores[kept].items()}
         checked = [{"seed": run * args.attempts + n, **c.as_dict()} for n, c in enumerate(run_checks)]
-        rows.append({"run": run, "builds_checked": checked, "kept_seed": kept, "kept_meets_bar":
+        runs.append({"run": run, "builds_checked": checked, "kept_seed": kept, "kept_meets_bar":
                      meets_bar(scores[kept]), "kept_per_task": per_task})  # fmt: skip
-        print(json.dumps(rows[-1]), flush=True)
+        print(json.dumps(runs[-1]), flush=True)
     met = sum(map(meets_bar, kept_rows)) / args.runs
     first_met = sum(map(meets_bar, first_rows)) / args.runs
     rows.append(report.emit(
@@ -196,7 +197,7 @@ def main() -> int:
     ))  # fmt: skip
     if args.commit_results:
         path = RESULTS / f"{args.name}.json"
-        path.write_text(json.dumps({**results, "rows": rows}, indent=1) + "\n")
+        path.write_text(json.dumps({**results, "runs": runs, "rows": rows}, indent=1) + "\n")
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
