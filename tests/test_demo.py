@@ -53,14 +53,14 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
 
     report = json.loads((out / "report.json").read_text())
     assert "success before training" in (out / "report.md").read_text()
-    # phase 2 checked its build on the seed set, and trained the next seed where it failed; one build is kept
+    # phase 2 checked its build on the demonstrations, and trained the next seed where it failed; one is kept
     checks = report["experience_model_checks"]
     assert [check["seed"] for check in checks] == list(range(len(checks))) and 1 <= len(checks) <= 2
     assert sum(check["kept"] for check in checks) == 1 and list(checks[0]["tasks"]) == [f"miniwob/{TASK}"]
     assert checks[-1]["passed"] or len(checks) == 2
     model_meta = json.loads((out / "experience-model" / "dreamgym_model.json").read_text())
     assert model_meta["template"]["target_alias"] and model_meta["config"]["scratch"]["layers"] == 3
-    assert "Experience-model builds checked on the seed set" in (out / "report.md").read_text()
+    assert "Experience-model builds checked before use" in (out / "report.md").read_text()
     training = report["training"]
     assert training["status"] == "trained", training
     metrics = training["metrics"]

@@ -170,7 +170,7 @@ class DemoReport:
     examples: tuple[EpisodeExample, ...] = ()
     """Shadowed real rollout episodes shown step by step beside the simulator's predictions."""
     experience_model_checks: tuple[Mapping[str, Any], ...] = ()
-    """Phase 2's checks of its builds on the seed set (``DemoSettings.sim_builds`` above 1;
+    """Phase 2's checks of its builds before use (``DemoSettings.sim_builds`` above 1;
     :func:`~dreamgym.jobs.sim_default.train_checked`): per build, its training seed, whether it was kept and its
     clean first answers per task."""
 
@@ -448,5 +448,5 @@ def write_report(report: DemoReport, out: Path) -> None:
             for check in report.experience_model_checks
         ]
         bar = report.experience_model_checks[0]["min_clean"]
-        lines += [f"Experience-model builds checked on the seed set (bar {bar}): {'; '.join(builds)}.", ""]
+        lines += [f"Experience-model builds checked before use (bar {bar}): {'; '.join(builds)}.", ""]
     (out / "report.md").write_text("\n".join(lines))

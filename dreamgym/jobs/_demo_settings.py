@@ -102,9 +102,10 @@ class DemoSettings:
     (``demo_sim_arms.json``); on a seed set plus a finished demo's real training groups, from 0.93 to 0.64
     (``demo_sim_arms_draw2.json``). So the demo weighs every token alike."""
     sim_layers: int = 2
-    """Layers of the demo-size experience model (:data:`DEMO_SIM_SIZE`'s width; unused with ``sim_model``). Four
-    made three of four builds apply 0.95 of their greedy first answers unsteered on every demo task, against one
-    of four with two, with the alias on (``demo_sim_builds_alias_layers*.json``); a fit takes about twice as long."""
+    """Layers of the demo-size experience model (:data:`DEMO_SIM_SIZE`'s width; unused with ``sim_model``). With
+    the alias on, eight of twelve four-layer builds applied 0.95 of their greedy first answers unsteered on every
+    demo task, against one of four two-layer builds (``demo_sim_builds_alias_layers*.json``); a fit takes about
+    twice as long."""
     sim_alias: bool = False
     """Train the demo-size experience model with the page's ids shown as aliases (``TemplateConfig.target_alias``;
     unused with ``sim_model``)."""
