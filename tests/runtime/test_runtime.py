@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -28,6 +29,20 @@ def runtime(store: LmdbReplayStore, counts: Counts | None = None, **options: obj
         synthetic_env=lambda: simulator(backend, store),  # type: ignore[arg-type]
         **options,  # type: ignore[arg-type]
     )
+
+
+async def run_until(scope: anyio.CancelScope, ready: Callable[[], bool], work: Awaitable[object]) -> None:
+    """Await ``work``, cancelling ``scope`` as soon as ``ready()`` holds."""
+
+    async def watch() -> None:
+        while not ready():
+            await anyio.sleep(0.005)
+        scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch)
+        await work
+        tasks.cancel_scope.cancel()
 
 
 async def stored(store: LmdbReplayStore, episode_id: str) -> list[Step]:
@@ -122,17 +137,23 @@ async def test_cancelling_a_run_commits_every_finished_step(tmp_path: Path, canc
     groups = [GroupSpec(task=TASK, size=2, seed=n, source="real") for n in range(6)]
     async with open_store(tmp_path / "store") as store:
         rt = runtime(store, counts, delay_s=0.02, config=config, policy=ToyPolicy(scrolls=40))
-        if cancelled == "the run":
-            async with rt:
-                with anyio.move_on_after(0.5) as scope:
-                    await rt.run_groups(groups)
-        else:  # a scope around the whole runtime, its store-writer task included
-            with anyio.move_on_after(0.5) as scope:
+
+        # Cancelled once all four episodes have started and some steps finished, however slow the machine;
+        # each episode needs 41 steps, so none is finished by then.
+        def started() -> bool:
+            return counts.resets >= 4 and counts.finished_steps >= 8
+
+        with anyio.fail_after(60):
+            if cancelled == "the run":
                 async with rt:
-                    await rt.run_groups(groups)
+                    with anyio.CancelScope() as scope:
+                        await run_until(scope, started, rt.run_groups(groups))
+            else:  # a scope around the whole runtime, its store-writer task included
+                with anyio.CancelScope() as scope:
+                    async with rt:
+                        await run_until(scope, started, rt.run_groups(groups))
         assert scope.cancelled_caught
     snapshot = rt.stats.snapshot()
-    assert counts.finished_steps > 0
     async with open_store(tmp_path / "store") as reopened:
         stats = await reopened.stats()
         assert (stats.steps["real"], stats.steps["synthetic"]) == (counts.finished_steps, 0)
