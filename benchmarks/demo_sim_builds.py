@@ -38,7 +38,10 @@ Recipes:
 - ``wide``: the demo-size model one and a half times as wide (hidden size 192
   for 128, feed-forward 576 for 384), about twice its parameters;
 - ``alias``: the action's element shown as ``[e0]`` in prompt and answer
-  (``TemplateConfig.target_alias``).
+  (``TemplateConfig.target_alias``);
+- ``batch-4``: batches of 4 examples for the demo's 8 (twice the optimizer
+  steps over the same tokens);
+- ``lr-2e-3``: twice the learning rate of a model trained from scratch (1e-3).
 
 Recipes joined by ``+`` are applied left to right (``alias+words+layers-3``:
 each lever at once); the build is named after the joined name.
@@ -106,9 +109,17 @@ def _alias(template: Any, config: Any) -> tuple[Any, Any]:
     return dataclasses.replace(template, target_alias=True), config
 
 
+def _batch_4(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, batch_size=4)
+
+
+def _lr_2e_3(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, learning_rate=2e-3)
+
+
 RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
     "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "layers-4": _layers_4,
-    "words": _words, "relabel": _relabel, "wide": _wide, "alias": _alias,
+    "words": _words, "relabel": _relabel, "wide": _wide, "alias": _alias, "batch-4": _batch_4, "lr-2e-3": _lr_2e_3,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
 
