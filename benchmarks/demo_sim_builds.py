@@ -225,10 +225,12 @@ def _summary(per_build: dict[str, list[dict[str, dict[str, Any]]]], recipes: lis
     return rows
 
 
-async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
-    """One build of ``recipe`` with training seed ``seed`` on the kept demo's seed set, reused where done."""
+async def _build(kept: Path, out: Path, recipe: str, seed: int, more_epochs: float = 0.0) -> Path:
+    """One build of ``recipe`` with training seed ``seed`` on the kept demo's seed set, reused where done; with
+    ``more_epochs``, that build trained so many epochs more from its own weights, as
+    :func:`dreamgym.jobs.sim_default.train_checked` trains a build that failed its check (``next_training``)."""
     from dreamgym.jobs._demo_settings import demo_sim_training, held_out_pairs
-    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, train_on_store
+    from dreamgym.jobs.sim_default import DEFAULT_TEMPLATE, next_training, train_on_store
     from dreamgym.replay import LmdbReplayStore
     from dreamgym.simulator import JUDGE_FILE, real_episodes
 
@@ -237,8 +239,14 @@ async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
                                sim_outcome_weight=float(recorded["settings"]["sim_outcome_weight"]))  # fmt: skip
     template, config = compose(recipe)(DEFAULT_TEMPLATE, dataclasses.replace(demo_sim_training(demo), seed=seed))
     target = out / f"{recipe}-seed{seed}"
+    if more_epochs > 0:
+        first = await _build(kept, out, recipe, seed)
+        config, _ = next_training(config, 1, (first, config.epochs), more_epochs, None)
+        target = first.with_name(f"{first.name}-more{more_epochs:g}@{config.lr:g}")
     stamp = target / "build.json"
     wanted = {"kept": str(kept.resolve()), "recipe": recipe, "seed": seed, "template_id": template.template_id}
+    if more_epochs > 0:
+        wanted["more_epochs"] = more_epochs
     if stamp.exists() and json.loads(stamp.read_text()) == wanted:
         print(f"reusing the build at {target}", file=sys.stderr)
         return target
@@ -257,7 +265,8 @@ async def _build(kept: Path, out: Path, recipe: str, seed: int) -> Path:
         await train_on_store(
             store, target, config, held_out=held_out_pairs(demo), judge=False, template=template,
             exclude_episodes=later,
-            recipe={"recipe": f"benchmarks/demo_sim_builds.py ({recipe})", "kept": str(kept), "seed": seed},
+            recipe={"recipe": f"benchmarks/demo_sim_builds.py ({recipe})", "kept": str(kept), "seed": seed,
+                    "more_epochs": more_epochs},
         )  # fmt: skip
     shutil.copy(kept / "experience-model" / JUDGE_FILE, target / JUDGE_FILE)
     stamp.write_text(json.dumps(wanted))

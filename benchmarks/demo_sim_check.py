@@ -16,11 +16,16 @@ seed ``r * attempts``: builds ``r * attempts``, the next, ... (at most
 ``--attempts``), the first that passes kept, else the best checked. Every build
 needed is trained as ``demo_sim_builds.py`` trains it (``--recipe``, on the kept
 demo's seed set, reused from ``--out``), checked with the library's check (the
-kept store's seed-set episodes asked and retrieved, nothing later), and scored
+kept demo's demonstrations asked, its store's seed set retrieved, nothing later), and scored
 open loop on the validation episodes (``--episodes``, as ``demo_sim_builds.py``
 scores it; a build's per-task rows may instead come from a committed
 ``demo_sim_builds`` results file given with ``--validated``, the same recipe,
 seed and episodes).
+
+With ``--more-epochs E`` a run is the procedure of ``dreamgym demo
+--sim-more-epochs E``: run ``r`` trains seed ``r``, and while its build fails
+the check trains that build E epochs more from its own weights (at most
+``--attempts`` builds in all, each continuation scored open loop too).
 
 Per run it prints the builds checked and the kept build's per-task figures;
 then every build of the runs' seeds is checked (those a run did not need
@@ -53,6 +58,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 BAR = {"first_answer_clean_share": (0.95, "at least"), "wins_share_paid_open_loop": (0.90, "at least"),
        "losses_share_paid_open_loop": (0.05, "at most")}  # fmt: skip
 """Issue 49's item 2, per demo task."""
+
+
+Build = tuple[int, float]
+"""A build: its training seed, and the epochs it was trained past its first fit (``--more-epochs``)."""
 
 
 def meets_bar(task_rows: dict[str, dict[str, Any]]) -> bool:
@@ -104,6 +113,9 @@ def main() -> int:
                         help="the recipe built (demo_sim_builds.py's names)")  # fmt: skip
     parser.add_argument("--runs", type=int, default=4, help="runs of the procedure (disjoint training seeds)")
     parser.add_argument("--attempts", type=int, default=2, help="most builds per run (dreamgym demo --sim-builds)")
+    parser.add_argument("--more-epochs", type=float, default=0.0,
+                        help="train a failing build this many epochs more in place of a new seed "
+                             "(dreamgym demo --sim-more-epochs)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "demo_sim_builds",
                         help="where the builds are written (and reused; demo_sim_builds.py's)")  # fmt: skip
     parser.add_argument("--episodes", type=Path, default=ROOT / ".cache" / "bench" / "open_loop",
@@ -115,8 +127,8 @@ def main() -> int:
     parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/NAME.json")
     parser.add_argument("--name", default="demo_sim_check", help="the results file's name, without .json")
     args = parser.parse_args()
-    if args.runs < 1 or args.attempts < 1:
-        parser.error("--runs and --attempts must be at least 1")
+    if args.runs < 1 or args.attempts < 1 or args.more_epochs < 0:
+        parser.error("--runs and --attempts must be at least 1, --more-epochs at least 0")
     if not (args.kept / "experience-model" / "config.json").exists():
         parser.error(f"no finished demo at {args.kept} (its experience-model is missing)")
     seeds = olo._seeds(parser, args.seeds)
@@ -125,24 +137,31 @@ def main() -> int:
     from dreamgym.jobs.sim_default import kept_build
 
     episodes = None
-    checks: dict[int, Any] = {}
-    scores: dict[int, dict[str, dict[str, Any]]] = {}
+    checks: dict[Build, Any] = {}
+    scores: dict[Build, dict[str, dict[str, Any]]] = {}
 
-    def build(seed: int) -> tuple[Any, dict[str, dict[str, Any]]]:
+    def build(key: Build) -> tuple[Any, dict[str, dict[str, Any]]]:
         nonlocal episodes
-        if seed not in checks:
-            model_dir = anyio.run(builds._build, args.kept, args.out, args.recipe, seed)
-            checks[seed] = anyio.run(check, args.kept, args.out, model_dir)
-            if seed in validated:
-                scores[seed] = validated[seed]
+        seed, more = key
+        if key not in checks:
+            model_dir = anyio.run(builds._build, args.kept, args.out, args.recipe, seed, more)
+            checks[key] = anyio.run(check, args.kept, args.out, model_dir)
+            if seed in validated and more == 0:
+                scores[key] = validated[seed]
             else:
                 if episodes is None:
                     episodes = anyio.run(olo._collect, args.kept, args.episodes, seeds, olo._demo_policies(args.kept),
                                          args.temperature)  # fmt: skip
                 counts, judge = anyio.run(olo._replay, args.kept, model_dir, True, True, episodes)
-                scores[seed] = {row["task"]: row for row in olo._rows(counts, model_dir, True, judge, True)}
-            print(json.dumps({"build_seed": seed, "check": checks[seed].as_dict()}), flush=True)
-        return checks[seed], scores[seed]
+                scores[key] = {row["task"]: row for row in olo._rows(counts, model_dir, True, judge, True)}
+            print(json.dumps({"build_seed": seed, "more_epochs": more, "check": checks[key].as_dict()}), flush=True)
+        return checks[key], scores[key]
+
+    def attempt_of(run: int, attempt: int) -> Build:
+        """A run's ``attempt``-th build: the next training seed, or with ``--more-epochs`` its first one further."""
+        if args.more_epochs > 0:
+            return run, attempt * args.more_epochs
+        return run * args.attempts + attempt, 0.0
 
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
@@ -152,22 +171,25 @@ def main() -> int:
     for run in range(args.runs):
         run_checks: list[Any] = []
         for attempt in range(args.attempts):
-            run_checks.append(build(run * args.attempts + attempt)[0])
+            run_checks.append(build(attempt_of(run, attempt))[0])
             if run_checks[-1].passed:
                 break
-        kept = run * args.attempts + kept_build(run_checks)
+        kept = attempt_of(run, kept_build(run_checks))
         kept_rows.append(scores[kept])
-        first_rows.append(scores[run * args.attempts])
+        first_rows.append(scores[attempt_of(run, 0)])
         trained.append(len(run_checks))
         per_task = {task: {key: row[key] for key in BAR} for task, row in scores[kept].items()}
-        checked = [{"seed": run * args.attempts + n, **c.as_dict()} for n, c in enumerate(run_checks)]
-        runs.append({"run": run, "builds_checked": checked, "kept_seed": kept, "kept_meets_bar":
-                     meets_bar(scores[kept]), "kept_per_task": per_task})  # fmt: skip
+        checked = [{"seed": attempt_of(run, n)[0], "more_epochs": attempt_of(run, n)[1], **c.as_dict()}
+                   for n, c in enumerate(run_checks)]  # fmt: skip
+        runs.append({"run": run, "builds_checked": checked, "kept_seed": kept[0], "kept_more_epochs": kept[1],
+                     "kept_meets_bar": meets_bar(scores[kept]), "kept_per_task": per_task})  # fmt: skip
         print(json.dumps(runs[-1]), flush=True)
+    how = f", a failing one trained {args.more_epochs:g} epochs more" if args.more_epochs > 0 else ""
     met = sum(map(meets_bar, kept_rows)) / args.runs
     first_met = sum(map(meets_bar, first_rows)) / args.runs
     rows.append(report.emit(
-        f"runs whose kept build meets item 2 on every task ({args.recipe}, at most {args.attempts} builds checked)",
+        f"runs whose kept build meets item 2 on every task ({args.recipe}, at most {args.attempts} builds checked"
+        f"{how})",
         met, "fraction", "the same runs keeping their first build unchecked", first_met, runs=args.runs,
     ))  # fmt: skip
 
@@ -175,15 +197,18 @@ def main() -> int:
         return min(row["first_answer_clean_share"] for rows in chosen for task, row in rows.items() if task != "all")
 
     rows.append(report.emit(
-        f"lowest first-answer share applied unsteered on a demo task, over the runs' kept builds ({args.recipe})",
+        f"lowest first-answer share applied unsteered on a demo task, over the runs' kept builds ({args.recipe}{how})",
         lowest(kept_rows), "fraction", "the same over the runs' first builds", lowest(first_rows), runs=args.runs,
     ))  # fmt: skip
     # Every build of the runs' seeds, those a run did not need too: how the check's verdict and the bar agree.
-    every = range(args.runs * args.attempts)
-    for seed in every:
-        build(seed)
-    table = [{"seed": seed, "check_worst": round(checks[seed].worst, 4), "check_passed": checks[seed].passed,
-              "meets_bar": meets_bar(scores[seed])} for seed in every]  # fmt: skip
+    # (Trained further, a run's builds are those it trained: a build that passed has no continuation.)
+    every = [attempt_of(run, n) for run in range(args.runs) for n in range(args.attempts)]
+    if args.more_epochs > 0:
+        every = sorted(checks)
+    for key in every:
+        build(key)
+    table = [{"seed": key[0], "more_epochs": key[1], "check_worst": round(checks[key].worst, 4),
+              "check_passed": checks[key].passed, "meets_bar": meets_bar(scores[key])} for key in every]  # fmt: skip
     passed = [row for row in table if row["check_passed"]]
     failed = [row for row in table if not row["check_passed"]]
     rows.append(report.emit(
@@ -192,7 +217,7 @@ def main() -> int:
         passed=len(passed), failed=len(failed), builds=table,
     ))  # fmt: skip
     rows.append(report.emit(
-        "builds trained per run (mean)", sum(trained) / args.runs, "builds", "one build, unchecked", 1.0,
+        f"builds trained per run (mean{how})", sum(trained) / args.runs, "builds", "one build, unchecked", 1.0,
         per_run=trained,
     ))  # fmt: skip
     if args.commit_results:

@@ -43,6 +43,7 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
         "--real-share", "0.5", "--max-steps", "3", "--embedder", "hashing-64", "--train-updates", "2",
         "--train-groups-per-update", "2", "--report-to", "tensorboard", "--sim-refit-every", "1",
         "--sim-refit-epochs", "0.5", "--sim-layers", "3", "--sim-alias", "--sim-builds", "2",
+        "--sim-more-epochs", "0.5",
     )  # fmt: skip
     assert "success before training" in result.stdout and "simulator reward accuracy" in result.stdout
     assert "did it learn?" in result.stdout
@@ -55,7 +56,9 @@ def test_demo_runs_every_phase_and_reports_honest_counts(tmp_path: Path) -> None
     assert "success before training" in (out / "report.md").read_text()
     # phase 2 checked its build on the demonstrations, and trained the next seed where it failed; one is kept
     checks = report["experience_model_checks"]
-    assert [check["seed"] for check in checks] == list(range(len(checks))) and 1 <= len(checks) <= 2
+    # a build that fails is trained half an epoch more (--sim-more-epochs), not trained anew with the next seed
+    assert [(check["seed"], check["epochs"]) for check in checks] == [(0, 1.0), (0, 1.5)][: len(checks)]
+    assert 1 <= len(checks) <= 2
     assert sum(check["kept"] for check in checks) == 1 and list(checks[0]["tasks"]) == [f"miniwob/{TASK}"]
     assert checks[-1]["passed"] or len(checks) == 2
     model_meta = json.loads((out / "experience-model" / "dreamgym_model.json").read_text())
@@ -172,6 +175,8 @@ def test_settings_refuse_held_out_seeds_that_are_also_training_seeds(tmp_path: P
         DemoSettings(micro_batch_size=3, out=tmp_path)
     with pytest.raises(ConfigError, match="sim_layers and sim_builds must be >= 1"):
         DemoSettings(sim_builds=0, out=tmp_path)
+    with pytest.raises(ConfigError, match="sim_more_epochs must be >= 0"):
+        DemoSettings(sim_more_epochs=-0.5, out=tmp_path)
 
 
 def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path: Path) -> None:
@@ -204,6 +209,7 @@ def test_every_demo_setting_is_a_flag_and_the_flags_build_the_settings(tmp_path:
         "sim_layers": (("--sim-layers", "4"), 4),
         "sim_alias": (("--sim-alias",), True),
         "sim_builds": (("--sim-builds", "3"), 3),
+        "sim_more_epochs": (("--sim-more-epochs", "0.5"), 0.5),
         "outcome_judge": (("--no-outcome-judge",), False),
         "sim_refit_every": (("--sim-refit-every", "3"), 3),
         "sim_refit_epochs": (("--sim-refit-epochs", "0.25"), 0.25),

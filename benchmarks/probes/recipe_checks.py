@@ -8,17 +8,16 @@ it as ``dreamgym demo --sim-builds`` does (``benchmarks/demo_sim_check.py``'s
 check: the demonstrations asked, the seed set retrieved). Prints one JSON line
 per build: its worst task's share of clean first answers, every task's, and
 the seconds its fit and its check took. With ``--more-epochs E``, each build
-is then trained E epochs more on the same examples (at ``--more-lr``, from
-its weights) and that continuation checked too (a second line). A quick screen of a recipe before the
+is then trained E epochs more on the same examples, from its own weights, as
+``dreamgym demo --sim-more-epochs E`` trains a build that fails its check
+(``demo_sim_builds.py``'s continuation), and that checked too (a second line). A quick screen of a recipe before the
 open-loop scoring of ``demo_sim_builds.py``; a one-off probe: no results file.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,6 @@ def main() -> int:
     parser.add_argument("--recipe", type=builds._recipe_name, required=True, help="a recipe of demo_sim_builds.py")
     parser.add_argument("--seeds", type=_seeds, default=_seeds("0-3"), help="training seeds, FIRST-LAST")
     parser.add_argument("--more-epochs", type=float, default=0.0, help="then train each build this many more")
-    parser.add_argument("--more-lr", type=float, default=5e-4, help="the continuation's learning rate")
     args = parser.parse_args()
     for seed in args.seeds:
         started = time.perf_counter()
@@ -52,9 +50,8 @@ def main() -> int:
         _report(args, {"recipe": args.recipe, "seed": seed}, target, started)
         if args.more_epochs > 0:
             started = time.perf_counter()
-            more = anyio.run(_more, args.kept, target, args.more_epochs, args.more_lr)
-            _report(args, {"recipe": args.recipe, "seed": seed, "more_epochs": args.more_epochs,
-                           "more_lr": args.more_lr}, more, started)  # fmt: skip
+            more = anyio.run(builds._build, args.kept, args.out, args.recipe, seed, args.more_epochs)
+            _report(args, {"recipe": args.recipe, "seed": seed, "more_epochs": args.more_epochs}, more, started)
     return 0
 
 
@@ -67,32 +64,6 @@ def _report(args: argparse.Namespace, row: dict[str, object], model: Path, start
                       for task, counts in result.as_dict()["tasks"].items()},
             "fit_s": round(fitted - started, 1), "check_s": round(checked - fitted, 1)}  # fmt: skip
     print(json.dumps(row), flush=True)
-
-
-async def _more(kept: Path, build: Path, epochs: float, learning_rate: float) -> Path:
-    """``build`` trained ``epochs`` more on the examples it was built on, from its own weights (reused where
-    done)."""
-    from dreamgym.jobs._demo_settings import held_out_pairs
-    from dreamgym.jobs.sim_default import train_on_store
-    from dreamgym.replay import LmdbReplayStore
-    from dreamgym.simulator import JUDGE_FILE, SimTrainConfig, TemplateConfig, real_episodes
-
-    target = build.with_name(f"{build.name}-more{epochs:g}@{learning_rate:g}")
-    if (target / JUDGE_FILE).exists():
-        return target
-    settings = builds.olo._settings(kept)
-    metadata = json.loads((build / "dreamgym_model.json").read_text())
-    template = TemplateConfig(**metadata["template"])
-    config = SimTrainConfig(base=str(build), lora=False, epochs=epochs, learning_rate=learning_rate,
-                            max_length=1536)  # fmt: skip
-    config = dataclasses.replace(config, seed=int(metadata.get("seed", 0)))
-    async with LmdbReplayStore(build.parent / "store", embedder=settings.embedder) as store:
-        later = [e[0].episode_id for e in await real_episodes(store) if e[0].policy_id not in builds.SCRIPTED]
-        await train_on_store(store, target, config, held_out=held_out_pairs(settings), judge=False,
-                             template=template, exclude_episodes=later,
-                             recipe={"recipe": f"{build.name}, {epochs:g} epochs more"})  # fmt: skip
-    shutil.copy(build / JUDGE_FILE, target / JUDGE_FILE)
-    return target
 
 
 if __name__ == "__main__":

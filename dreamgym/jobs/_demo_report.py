@@ -171,8 +171,9 @@ class DemoReport:
     """Shadowed real rollout episodes shown step by step beside the simulator's predictions."""
     experience_model_checks: tuple[Mapping[str, Any], ...] = ()
     """Phase 2's checks of its builds before use (``DemoSettings.sim_builds`` above 1;
-    :func:`~dreamgym.jobs.sim_default.train_checked`): per build, its training seed, whether it was kept and its
-    clean first answers per task."""
+    :func:`~dreamgym.jobs.sim_default.train_checked`): per build, its training seed, the epochs it was trained in
+    all (more than the first build's where a failing build was trained further: ``sim_more_epochs``), whether it
+    was kept and its clean first answers per task."""
 
     @property
     def real_steps(self) -> int:
@@ -443,7 +444,7 @@ def write_report(report: DemoReport, out: Path) -> None:
     lines += ["", f"Models: {', '.join(f'{k} `{v}`' for k, v in report.models.items())}.", ""]
     if report.experience_model_checks:
         builds = [
-            f"training seed {check['seed']}: worst task {check['worst']:.3f} clean "
+            f"training seed {check['seed']}, {check.get('epochs', '?')} epochs: worst task {check['worst']:.3f} clean "
             f"({'passed' if check['passed'] else 'failed'}{', kept' if check['kept'] else ''})"
             for check in report.experience_model_checks
         ]

@@ -115,6 +115,11 @@ class DemoSettings:
     ``demonstration_seeds`` (pages it never trained on; without them, on its seed set) and the next training seed
     trained while it fails (:func:`dreamgym.jobs.sim_default.train_checked`); the report's
     ``experience_model_checks`` holds every check. 1: one build, unchecked."""
+    sim_more_epochs: float = 0.0
+    """With ``sim_builds`` above 1: train a build that fails its check this many epochs more, from its own weights
+    at half its learning rate, in place of a new build with the next training seed (0). On the kept seed-set demo
+    of ``demo_sim_check.json``, one epoch more took three of four failing four-layer builds over the check's bar,
+    in about half a build's time (``benchmarks/probes/recipe_checks.py``)."""
     outcome_judge: bool = True
     """Fit an outcome judge (:class:`dreamgym.simulator.OutcomeJudge`) beside the demo-size experience model and
     each refit, so that its rewards and ends are the judge's (unused with ``sim_model``, whose directory decides).
@@ -213,6 +218,8 @@ class DemoSettings:
             raise ConfigError(
                 f"DemoSettings.sim_layers and sim_builds must be >= 1, got {self.sim_layers}, {self.sim_builds}"
             )
+        if self.sim_more_epochs < 0:
+            raise ConfigError(f"DemoSettings.sim_more_epochs must be >= 0, got {self.sim_more_epochs}")
         if self.sim_epochs <= 0 or self.sim_refit_epochs <= 0 or self.warm_epochs < 0 or self.sim_outcome_weight <= 0:
             raise ConfigError(
                 "DemoSettings.sim_epochs, sim_refit_epochs and sim_outcome_weight must be > 0 and warm_epochs >= 0"

@@ -311,7 +311,8 @@ async def _train_experience_model(settings: DemoSettings) -> Path:
                                         judge=settings.outcome_judge, template=template)  # fmt: skip
         kept, _ = await train_checked(store, target, training, builds=settings.sim_builds,
                                       held_out=held_out_pairs(settings), recipe=recipe, judge=settings.outcome_judge,
-                                      template=template, check_episodes=await _demonstrations(settings))  # fmt: skip
+                                      template=template, check_episodes=await _demonstrations(settings),
+                                      more_epochs=settings.sim_more_epochs)  # fmt: skip
         return kept
 
 

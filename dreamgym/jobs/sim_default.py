@@ -323,38 +323,50 @@ async def train_checked(
     template: TemplateConfig = DEFAULT_TEMPLATE,
     exclude_episodes: Sequence[str] = (),
     check_episodes: Sequence[Sequence[Step]] | None = None,
+    more_epochs: float = 0.0,
+    more_learning_rate: float | None = None,
 ) -> tuple[Path, list[dict[str, object]]]:
     """:func:`train_on_store`, then :func:`~dreamgym.simulator.check_build` on ``check_episodes`` (real episodes
     on pages it never trained on; default: the store's seed set it trained on); while the build fails the check,
-    train again with the next training seed (``config.seed + 1``, ...), at most ``builds`` builds in all.
+    train again, at most ``builds`` builds in all: with the next training seed (``config.seed + 1``, ...), or,
+    with ``more_epochs`` above 0, the last build trained that many epochs more on the same examples, from its own
+    weights, at ``more_learning_rate`` (``None``: half ``config``'s).
 
     The first build that passes is kept at ``target``; where none does, the one whose worst task answered the
     most first answers clean (the earliest of equals). The other builds are deleted. Returns the kept model and
-    every build's check (its training seed, ``kept``, and :meth:`~dreamgym.simulator.BuildCheck.as_dict`'s
-    fields), also written into the kept model's metadata (``checks``). With ``builds`` 1 the one build is
-    checked and kept whatever its check says.
+    every build's check (its training seed, the epochs it was trained in all, ``kept``, and
+    :meth:`~dreamgym.simulator.BuildCheck.as_dict`'s fields), also written into the kept model's metadata
+    (``checks``). With ``builds`` 1 the one build is checked and kept whatever its check says.
     """
     if builds < 1:
         raise ValueError(f"builds must be at least 1, got {builds}")
+    if more_epochs < 0:
+        raise ValueError(f"more_epochs must be at least 0, got {more_epochs}")
     check = check or CheckConfig()
-    checks: list[tuple[Path, BuildCheck, int]] = []
+    checks: list[tuple[Path, BuildCheck, int, float]] = []
     try:
         for attempt in range(builds):
-            seed = config.seed + attempt
             built = target.with_name(f"{target.name}.build{attempt}")
+            last = None if attempt == 0 or more_epochs == 0 else (checks[-1][0], checks[-1][3])
+            training, epochs = next_training(config, attempt, last, more_epochs, more_learning_rate)
+            seed = training.seed
             await train_on_store(
-                store, built, dataclasses.replace(config, seed=seed), held_out=held_out, judge=judge,
-                template=template, exclude_episodes=exclude_episodes, recipe={**recipe, "seed": seed},
+                store, built, training, held_out=held_out, judge=judge, template=template,
+                exclude_episodes=exclude_episodes, recipe={**recipe, "seed": seed, "epochs": epochs},
             )  # fmt: skip
             result = await _check(built, store, check, judge, held_out, exclude_episodes, check_episodes)
-            checks.append((built, result, seed))
+            checks.append((built, result, seed, epochs))
             where = "the seed set" if check_episodes is None else "the check's episodes"
-            log.info("experience model, training seed %d: worst task %.3f of first answers clean on %s (%s)", seed,
-                     result.worst, where, "passed" if result.passed else f"below {check.min_clean}")  # fmt: skip
+            log.info("experience model, training seed %d, %g epochs: worst task %.3f of first answers clean on %s (%s)",
+                     seed, epochs, result.worst, where,
+                     "passed" if result.passed else f"below {check.min_clean}")  # fmt: skip
             if result.passed:
                 break
-        kept = kept_build([result for _, result, _ in checks])
-        report = [{"seed": seed, "kept": n == kept, **result.as_dict()} for n, (_, result, seed) in enumerate(checks)]
+        kept = kept_build([result for _, result, _, _ in checks])
+        report = [
+            {"seed": seed, "epochs": epochs, "kept": n == kept, **result.as_dict()}
+            for n, (_, result, seed, epochs) in enumerate(checks)
+        ]
         metadata_path = checks[kept][0] / METADATA_FILE
         metadata = json.loads(metadata_path.read_text())
         metadata_path.write_text(json.dumps({**metadata, "checks": report}, indent=1))
@@ -364,6 +376,25 @@ async def train_checked(
         for attempt in range(builds):
             shutil.rmtree(target.with_name(f"{target.name}.build{attempt}"), ignore_errors=True)
     return target, report
+
+
+def next_training(
+    config: SimTrainConfig,
+    attempt: int,
+    last: tuple[Path, float] | None,
+    more_epochs: float,
+    more_learning_rate: float | None,
+) -> tuple[SimTrainConfig, float]:
+    """How :func:`train_checked` trains its ``attempt``-th build, and the epochs that build will have had in all:
+    ``config`` with training seed ``config.seed + attempt`` where ``last`` is ``None``; else the last build
+    (its directory, its epochs) trained ``more_epochs`` more from its own weights, with its seed, at
+    ``more_learning_rate`` (``None``: half ``config``'s)."""
+    if last is None:
+        return dataclasses.replace(config, seed=config.seed + attempt), config.epochs
+    directory, epochs = last
+    further = dataclasses.replace(config, base=str(directory), lora=False, epochs=more_epochs,
+                                  seed=config.seed, learning_rate=more_learning_rate or config.lr / 2)  # fmt: skip
+    return further, epochs + more_epochs
 
 
 async def _check(

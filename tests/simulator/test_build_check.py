@@ -13,7 +13,7 @@ from sim_helpers import TOY_TEMPLATE, ScriptedBackend, fill_toy_store, open_stor
 from test_sim_default import TINY_DEFAULT
 
 from dreamgym.core import ChatMessage, ConfigError
-from dreamgym.jobs.sim_default import no_op_answer, train_checked
+from dreamgym.jobs.sim_default import next_training, no_op_answer, train_checked
 from dreamgym.simulator import (
     METADATA_FILE,
     CheckConfig,
@@ -117,3 +117,32 @@ async def test_a_build_that_fails_the_check_is_trained_again_with_the_next_seed_
         assert json.loads((target / METADATA_FILE).read_text())["config"]["seed"] == 5
         with pytest.raises(ValueError, match="builds"):
             await train_checked(store, target, TINY_DEFAULT, builds=0, held_out=[], recipe={})
+
+
+async def test_a_build_that_fails_the_check_can_instead_be_trained_further_from_its_own_weights(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "model"
+    async with open_store(tmp_path / "store") as store:
+        await fill_toy_store(store, range(4))
+        kept, checks = await train_checked(store, target, TINY_DEFAULT, builds=3, check=CheckConfig(steps_per_task=2),
+                                           held_out=[], recipe={}, judge=False, more_epochs=0.5)  # fmt: skip
+        # every build is the first one's seed, half an epoch more each time; none passes, the earliest of equals kept
+        epochs = TINY_DEFAULT.epochs
+        assert [(c["seed"], c["epochs"], c["passed"]) for c in checks] == [
+            (0, epochs, False), (0, epochs + 0.5, False), (0, epochs + 1.0, False)
+        ]  # fmt: skip
+        assert kept == target and sorted(p.name for p in tmp_path.iterdir()) == ["model", "store"]
+        with pytest.raises(ValueError, match="more_epochs"):
+            await train_checked(store, target, TINY_DEFAULT, builds=2, held_out=[], recipe={}, more_epochs=-1)
+
+
+def test_a_further_build_starts_from_the_last_builds_weights_at_half_the_learning_rate(tmp_path: Path) -> None:
+    first, epochs = next_training(TINY_DEFAULT, 0, None, 1.0, None)
+    assert (first, epochs) == (TINY_DEFAULT, TINY_DEFAULT.epochs)
+    fresh, _ = next_training(TINY_DEFAULT, 2, None, 1.0, None)
+    assert fresh == dataclasses.replace(TINY_DEFAULT, seed=TINY_DEFAULT.seed + 2)
+    further, epochs = next_training(TINY_DEFAULT, 1, (tmp_path, 2.5), 1.0, None)
+    assert (further.base, further.lora, further.epochs, further.seed) == (str(tmp_path), False, 1.0, TINY_DEFAULT.seed)
+    assert further.lr == TINY_DEFAULT.lr / 2 and epochs == 3.5
+    assert next_training(TINY_DEFAULT, 1, (tmp_path, 2.5), 1.0, 1e-4)[0].lr == 1e-4
