@@ -184,11 +184,9 @@ def main() -> int:
     for recipe in recipes:
         for seed in range(args.first_seed, args.first_seed + args.builds):
             build = anyio.run(_build, args.kept, args.out, recipe, seed)
-            counts, judge = anyio.run(olo._replay, args.kept, build, True, True, episodes)
-            task_rows = olo._rows(counts, build, True, judge, True)
+            task_rows = score(args.kept, build, episodes)
             for row in task_rows:
                 row.update(recipe=recipe, build_seed=seed)
-                row["wins_share_paid_open_loop"] = row["value"]
             rows += task_rows
             per_build.setdefault(recipe, []).append({row["task"]: row for row in task_rows})
     rows += _summary(per_build, recipes)
@@ -223,6 +221,16 @@ def _summary(per_build: dict[str, list[dict[str, dict[str, Any]]]], recipes: lis
                     baseline_builds=base, baseline_spread=round(max(base) - min(base), 4),
                 ))  # fmt: skip
     return rows
+
+
+def score(kept: Path, build: Path, episodes: Any) -> list[dict[str, Any]]:
+    """``build``'s per-task rows (and ``all``'s) replaying the validation ``episodes`` open loop, with the kept
+    demo's judge and the copy guard, as ``open_loop_outcomes.py`` replays them."""
+    counts, judge = anyio.run(olo._replay, kept, build, True, True, episodes)
+    task_rows = olo._rows(counts, build, True, judge, True)
+    for row in task_rows:
+        row["wins_share_paid_open_loop"] = row["value"]
+    return task_rows
 
 
 async def _build(kept: Path, out: Path, recipe: str, seed: int, more_epochs: float = 0.0) -> Path:

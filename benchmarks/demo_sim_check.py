@@ -152,8 +152,7 @@ def main() -> int:
                 if episodes is None:
                     episodes = anyio.run(olo._collect, args.kept, args.episodes, seeds, olo._demo_policies(args.kept),
                                          args.temperature)  # fmt: skip
-                counts, judge = anyio.run(olo._replay, args.kept, model_dir, True, True, episodes)
-                scores[key] = {row["task"]: row for row in olo._rows(counts, model_dir, True, judge, True)}
+                scores[key] = {row["task"]: row for row in builds.score(args.kept, model_dir, episodes)}
             print(json.dumps({"build_seed": seed, "more_epochs": more, "check": checks[key].as_dict()}), flush=True)
         return checks[key], scores[key]
 
