@@ -392,8 +392,9 @@ def next_training(
     if last is None:
         return dataclasses.replace(config, seed=config.seed + attempt), config.epochs
     directory, epochs = last
-    further = dataclasses.replace(config, base=str(directory), lora=False, epochs=more_epochs,
-                                  seed=config.seed, learning_rate=more_learning_rate or config.lr / 2)  # fmt: skip
+    rate = config.lr / 2 if more_learning_rate is None else more_learning_rate
+    further = dataclasses.replace(config, base=str(directory), lora=False, epochs=more_epochs, seed=config.seed,
+                                  learning_rate=rate)  # fmt: skip
     return further, epochs + more_epochs
 
 

@@ -355,8 +355,9 @@ class LocalBackend:
                         logits = torch.full_like(logits, float("-inf")).index_copy(0, keep, logits[keep])
                     else:  # the model's own choice overruled, not a misspelt copy corrected nor a line cut
                         row.request.steered += 1
-                        log.debug("steered after %r: the model chose %r", row.text[-120:],
-                                  self.tokenizer.decode([favourite]))  # fmt: skip
+                        if log.isEnabledFor(logging.DEBUG):
+                            log.debug("steered after %r: the model chose %r", row.text[-120:],
+                                      self.tokenizer.decode([favourite]))  # fmt: skip
         if sampling.temperature == 0:
             return int(torch.argmax(logits))
         probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
