@@ -24,8 +24,8 @@ seed and episodes).
 
 With ``--more-epochs E`` a run is the procedure of ``dreamgym demo
 --sim-more-epochs E``: run ``r`` trains seed ``r``, and while its build fails
-the check trains that build E epochs more from its own weights (at most
-``--attempts`` builds in all, each continuation scored open loop too).
+the check trains that build E epochs more from its own weights, once
+(``--attempts`` 2; the continuation scored open loop too).
 
 Per run it prints the builds checked and the kept build's per-task figures;
 then every build of the runs' seeds is checked (those a run did not need
@@ -129,6 +129,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.runs < 1 or args.attempts < 1 or args.more_epochs < 0:
         parser.error("--runs and --attempts must be at least 1, --more-epochs at least 0")
+    if args.more_epochs > 0 and args.attempts > 2:  # a third attempt would continue the first build, not the second
+        parser.error("--more-epochs measures one continuation a run: --attempts at most 2")
     if not (args.kept / "experience-model" / "config.json").exists():
         parser.error(f"no finished demo at {args.kept} (its experience-model is missing)")
     seeds = olo._seeds(parser, args.seeds)
