@@ -30,10 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import demo_sim_builds as builds  # noqa: E402
 import demo_sim_check as checks  # noqa: E402
 
-
-def _seeds(text: str) -> list[int]:
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
+from dreamgym.cli._common import parse_seeds  # noqa: E402
 
 
 def main() -> int:
@@ -41,7 +38,7 @@ def main() -> int:
     parser.add_argument("--from", dest="kept", type=Path, required=True, help="a finished demo")
     parser.add_argument("--out", type=Path, required=True, help="where the builds are written (and reused)")
     parser.add_argument("--recipe", type=builds._recipe_name, required=True, help="a recipe of demo_sim_builds.py")
-    parser.add_argument("--seeds", type=_seeds, default=_seeds("0-3"), help="training seeds, FIRST-LAST")
+    parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("0-3"), help="training seeds (0-3,7)")
     parser.add_argument("--more-epochs", type=float, default=0.0, help="then train each build this many more")
     args = parser.parse_args()
     for seed in args.seeds:
