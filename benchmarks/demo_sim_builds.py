@@ -41,7 +41,9 @@ Recipes:
   (``TemplateConfig.target_alias``);
 - ``batch-4``: batches of 4 examples for the demo's 8 (twice the optimizer
   steps over the same tokens);
-- ``lr-2e-3``: twice the learning rate of a model trained from scratch (1e-3).
+- ``lr-2e-3``: twice the learning rate of a model trained from scratch (1e-3);
+- ``bf16``: the passes in mixed bfloat16 on a CPU that computes in it (``SimTrainConfig.dtype``, the offline
+  default's; the demo-size model trains in float32).
 
 Recipes joined by ``+`` are applied left to right (``alias+words+layers-3``:
 each lever at once); the build is named after the joined name.
@@ -117,9 +119,14 @@ def _lr_2e_3(template: Any, config: Any) -> tuple[Any, Any]:
     return template, dataclasses.replace(config, learning_rate=2e-3)
 
 
+def _bf16(template: Any, config: Any) -> tuple[Any, Any]:
+    return template, dataclasses.replace(config, dtype="bfloat16")
+
+
 RECIPES: dict[str, Callable[[Any, Any], tuple[Any, Any]]] = {
     "demo": _demo, "target-line": _target_line, "epochs-3": _epochs_3, "layers-3": _layers_3, "layers-4": _layers_4,
     "words": _words, "relabel": _relabel, "wide": _wide, "alias": _alias, "batch-4": _batch_4, "lr-2e-3": _lr_2e_3,
+    "bf16": _bf16,
 }  # fmt: skip
 """Each recipe's template and training, from the demo's."""
 
