@@ -32,7 +32,8 @@ played and those that carried a gradient (rewards not all equal), the trust gate
 gain as a ratio against the same draw's ``real`` arm (the baseline measured in the same run; the targets: the
 default demo and the synthetic arm each at least 0.9 of it). With several draws it then prints one line per
 arm: the mean gain over the draws against the real arm's mean, and each draw's gain. ``--commit-results``
-writes ``benchmarks/results/demo_sides.json`` with the date, the commit and the command; each arm's first
+writes ``benchmarks/results/demo_sides.json`` (``--name NAME``: ``NAME.json``, for a kept demo of other settings
+than the default's) with the date, the commit and the command; each arm's first
 draw stays at ``OUT/ARM`` (later ones at ``OUT/ARM-D``) for ``benchmarks/exploitation.py --from OUT/synthetic``.
 """
 
@@ -68,7 +69,8 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=1, help="runs of each arm, seeds apart (default 1)")
     parser.add_argument("--reuse", action="store_true", help="read a draw already finished under --out")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "demo_sides")
-    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/demo_sides.json")
+    parser.add_argument("--commit-results", action="store_true", help="also write benchmarks/results/NAME.json")
+    parser.add_argument("--name", default="demo_sides", help="the results file's name, without .json")
     args = parser.parse_args()
     if args.draws < 1:
         parser.error("--draws must be at least 1")
@@ -106,7 +108,7 @@ def main() -> int:
                                        tasks=_task_means(rows, name, args.draws)))  # fmt: skip
     if args.commit_results:
         result = {**run, "from": str(args.kept), "draws": args.draws, "rows": emitted}
-        (ROOT / "benchmarks" / "results" / "demo_sides.json").write_text(json.dumps(result, indent=1) + "\n")
+        (ROOT / "benchmarks" / "results" / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 
