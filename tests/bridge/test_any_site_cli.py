@@ -32,7 +32,7 @@ def test_collect_runs_webarena_format_tasks_on_a_users_own_site(tmp_path: Path, 
 
     episodes = anyio.run(stored)
     assert sorted(e.task_id for e in episodes) == ["webarena/1", "webarena/1", "webarena/2", "webarena/2"]
-    assert not any(e.error for e in episodes)
+    assert [e.error for e in episodes if e.error] == []
     again = dreamgym(*argv).stdout  # idempotent here too: by task, there being no seed
     assert "skipped 2 groups" in again
     assert json.loads(dreamgym("replay", "stats", str(store), "--json").stdout)["episodes"] == 4
