@@ -105,8 +105,9 @@ class DemoSettings:
     """Layers of the demo-size experience model (:data:`DEMO_SIM_SIZE`'s width; unused with ``sim_model``). With
     the alias on, eight of twelve four-layer builds applied 0.95 of their greedy first answers unsteered on every
     demo task, against one of four two-layer builds (``demo_sim_builds_alias_layers*.json``); a fit takes about
-    twice as long, and phase 6 about 90 s longer. From one such demo's warm start and build, synthetic-only
-    training gained 0.98 of real-only's mean over three draws (``demo_sides_layers4.json``)."""
+    twice as long, and phase 6 took 301 s against 240 s (``demo_sides_layers4.json``'s kept demo against
+    ``first_run.json``). From that demo's warm start and build, synthetic-only training gained 0.98 of real-only's
+    mean over three draws."""
     sim_alias: bool = False
     """Train the demo-size experience model with the page's ids shown as aliases (``TemplateConfig.target_alias``;
     unused with ``sim_model``)."""
